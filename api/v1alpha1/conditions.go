@@ -1,0 +1,61 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// Condition types on HedgePolicy.status.conditions.
+const (
+	// ConditionAccepted is True when the policy is valid against the cluster: the
+	// target Service and port exist and the policy's queries parse.
+	ConditionAccepted = "Accepted"
+	// ConditionDelayDerived is True when the delay in force was derived from fresh,
+	// trustworthy data (or is static). False names the reason it is not.
+	ConditionDelayDerived = "DelayDerived"
+	// ConditionProgrammed is True when every connected proxy acknowledged the
+	// configuration that carries the delay in force.
+	ConditionProgrammed = "Programmed"
+	// ConditionReady summarizes the others: True when Accepted and Programmed are
+	// True and hedging runs with a derived or static delay.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons. Each names one case so alerts and tests can match on it.
+const (
+	ReasonAccepted          = "Accepted"
+	ReasonTargetNotFound    = "TargetNotFound"
+	ReasonPortNotFound      = "PortNotFound"
+	ReasonUnsupportedTarget = "UnsupportedTarget"
+	ReasonInvalidQuery      = "InvalidQuery"
+
+	ReasonStatic          = "Static"
+	ReasonDerived         = "Derived"
+	ReasonNoMetrics       = "NoMetricsProvider"
+	ReasonNotEvaluated    = "NotEvaluated"
+	ReasonPublisherAbsent = "PublisherNotConfigured"
+
+	ReasonProgrammed    = "Programmed"
+	ReasonPending       = "Pending"
+	ReasonNoProxies     = "NoProxiesConnected"
+	ReasonRejected      = "Rejected"
+	ReasonPublishFailed = "PublishFailed"
+
+	ReasonReady    = "Ready"
+	ReasonNotReady = "NotReady"
+)
+
+// ReasonNotAccepted marks Programmed and DelayDerived while the policy is not
+// accepted: nothing is evaluated or published for it.
+const ReasonNotAccepted = "NotAccepted"

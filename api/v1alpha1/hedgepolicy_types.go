@@ -1,0 +1,534 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults that the API server applies (kubebuilder markers) and that the controller
+// applies when an optional block is absent. Keep both in step: the markers below
+// repeat these literals because markers cannot refer to Go constants.
+const (
+	DefaultQuantile            = 0.95
+	DefaultWindow              = "2m"
+	DefaultMinDelay            = "5ms"
+	DefaultMaxDelay            = "1s"
+	DefaultStaleAfter          = "5m"
+	DefaultMinSamples          = 100
+	DefaultDeadbandPercent     = 10
+	DefaultMaxStepPercent      = 50
+	DefaultEvaluationInterval  = "30s"
+	DefaultMaxExtraLoadPercent = 5
+	DefaultMinRetryConcurrency = 3
+	DefaultWorkloadMetric      = "http_request_duration_seconds"
+)
+
+// HedgePolicySpec asks tailcut to hedge requests to one Service port: when the first
+// attempt has not answered after the hedge delay, Envoy sends another attempt to a
+// different endpoint and returns whichever answers first.
+//
+// +kubebuilder:validation:XValidation:rule="self.allowNonIdempotent || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
+// +kubebuilder:validation:XValidation:rule="!has(self.delay.auto) || !has(self.delay.auto.staleAfter) || duration(self.delay.auto.staleAfter) >= duration(self.evaluationInterval)",message="staleAfter must not be shorter than evaluationInterval",fieldPath=".delay.auto.staleAfter"
+type HedgePolicySpec struct {
+	// TargetRef names the Service, in the policy's namespace, whose traffic is hedged.
+	// +required
+	TargetRef TargetRef `json:"targetRef"`
+
+	// Match selects the requests to hedge. Requests that do not match still reach the
+	// Service through tailcut's proxy, without hedging.
+	// +optional
+	// +kubebuilder:default={pathPrefix:"/",methods:{"GET","HEAD"}}
+	Match *Match `json:"match,omitempty"`
+
+	// AllowNonIdempotent permits methods other than GET, HEAD and OPTIONS in
+	// match.methods. A hedged request may run twice on the backend, so only set this
+	// when those requests are safe to repeat.
+	// +optional
+	AllowNonIdempotent bool `json:"allowNonIdempotent,omitempty"`
+
+	// Delay says how long Envoy waits for the first attempt before it sends a hedge.
+	// +optional
+	// +kubebuilder:default={mode:"Auto"}
+	Delay Delay `json:"delay"`
+
+	// MaxHedges is the most extra attempts a single request may get (Envoy's
+	// num_retries). Each hedge waits one more delay after the previous attempt.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3
+	MaxHedges int32 `json:"maxHedges,omitempty"`
+
+	// Budget bounds the extra load hedging may add to the backends.
+	// +optional
+	// +kubebuilder:default={maxExtraLoadPercent:5,minRetryConcurrency:3}
+	Budget Budget `json:"budget"`
+
+	// RetryOn lists the Envoy retry conditions set on the hedged route. Envoy only
+	// hedges when this list is non-empty, so it can never be empty. The conditions
+	// also allow a normal retry of a failed attempt, inside the same budget.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={"reset","connect-failure"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	RetryOn []RetryOn `json:"retryOn,omitempty"`
+
+	// EvaluationInterval is how often tailcut re-derives the delay and checks the
+	// hedge rate. At most one delay change is published per interval.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="evaluationInterval must be between 5s and 1h"
+	EvaluationInterval metav1.Duration `json:"evaluationInterval,omitempty"`
+
+	// Publish says how the hedge settings reach Envoy.
+	// +optional
+	// +kubebuilder:default={target:"XDS"}
+	Publish Publish `json:"publish"`
+}
+
+// TargetRef names a port of a Service in the policy's namespace.
+type TargetRef struct {
+	// Kind of the target. Only Service is supported.
+	// +optional
+	// +kubebuilder:default=Service
+	// +kubebuilder:validation:Enum=Service
+	Kind string `json:"kind,omitempty"`
+
+	// Name of the Service.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Port is the Service port (spec.ports[].port) whose traffic is hedged.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// Match selects requests by path prefix and method.
+type Match struct {
+	// PathPrefix matches requests whose path starts with this prefix.
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[^?#\s]*$`
+	PathPrefix string `json:"pathPrefix,omitempty"`
+
+	// Methods are the HTTP methods that are hedged. Methods other than GET, HEAD and
+	// OPTIONS need allowNonIdempotent.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={"GET","HEAD"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=7
+	Methods []HTTPMethod `json:"methods,omitempty"`
+}
+
+// HTTPMethod is an HTTP request method.
+// +kubebuilder:validation:Enum=GET;HEAD;OPTIONS;POST;PUT;PATCH;DELETE
+type HTTPMethod string
+
+// RetryOn is one of Envoy's x-envoy-retry-on conditions.
+// +kubebuilder:validation:Enum=reset;reset-before-request;connect-failure;refused-stream;retriable-4xx;gateway-error;"5xx";envoy-ratelimited
+type RetryOn string
+
+// DelayMode says where the hedge delay comes from.
+// +kubebuilder:validation:Enum=Auto;Static
+type DelayMode string
+
+const (
+	// DelayModeAuto derives the delay from a latency quantile in Prometheus.
+	DelayModeAuto DelayMode = "Auto"
+	// DelayModeStatic uses a fixed delay.
+	DelayModeStatic DelayMode = "Static"
+)
+
+// Delay configures the hedge delay (Envoy's per_try_timeout on the hedged route).
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Static' || has(self.static)",message="static is required when mode is Static",fieldPath=".static"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Static' || !has(self.auto)",message="auto must not be set when mode is Static",fieldPath=".auto"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Auto' || !has(self.static)",message="static must not be set when mode is Auto",fieldPath=".static"
+type Delay struct {
+	// Mode is Auto (derive the delay from Prometheus) or Static (use delay.static).
+	// +optional
+	// +kubebuilder:default=Auto
+	Mode DelayMode `json:"mode,omitempty"`
+
+	// Static is the fixed delay used in Static mode, between 1ms and 10s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="static must be between 1ms and 10s"
+	Static *metav1.Duration `json:"static,omitempty"`
+
+	// Auto tunes Auto mode. When absent, every field takes its default.
+	// +optional
+	Auto *AutoDelay `json:"auto,omitempty"`
+}
+
+// EstimateSource names the latency histogram the delay is derived from.
+// +kubebuilder:validation:Enum=Envoy;Workload;Custom
+type EstimateSource string
+
+const (
+	// EstimateSourceEnvoy reads Envoy's upstream latency histogram for the target's
+	// unhedged (bypass and probe) traffic, which hedging does not censor.
+	EstimateSourceEnvoy EstimateSource = "Envoy"
+	// EstimateSourceWorkload reads the application's own request-duration histogram.
+	EstimateSourceWorkload EstimateSource = "Workload"
+	// EstimateSourceCustom runs the PromQL template in auto.query.
+	EstimateSourceCustom EstimateSource = "Custom"
+)
+
+// AutoDelay derives the delay from a latency quantile and keeps it stable and inside
+// the budget.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || duration(self.min) <= duration(self.max)",message="min must not be greater than max",fieldPath=".min"
+// +kubebuilder:validation:XValidation:rule="self.source == 'Custom' ? has(self.query) : !has(self.query)",message="query is required when source is Custom and not allowed otherwise",fieldPath=".query"
+// +kubebuilder:validation:XValidation:rule="self.source == 'Workload' || !has(self.workload)",message="workload is only allowed when source is Workload",fieldPath=".workload"
+type AutoDelay struct {
+	// Quantile of the latency distribution used as the delay, in (0.5, 0.999].
+	// With independent slowness, the (1 - budget) quantile sends about budget% extra
+	// requests.
+	// +optional
+	// +kubebuilder:default=0.95
+	// +kubebuilder:validation:Minimum=0.5
+	// +kubebuilder:validation:ExclusiveMinimum=true
+	// +kubebuilder:validation:Maximum=0.999
+	Quantile float64 `json:"quantile,omitempty"`
+
+	// Source is the histogram the quantile is read from.
+	// +optional
+	// +kubebuilder:default=Envoy
+	Source EstimateSource `json:"source,omitempty"`
+
+	// Window is the range over which latency is aggregated, between 15s and 1h.
+	// +optional
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('15s') && duration(self) <= duration('1h')",message="window must be between 15s and 1h"
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// Min is the smallest delay ever programmed, between 1ms and 10s.
+	// +optional
+	// +kubebuilder:default="5ms"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="min must be between 1ms and 10s"
+	Min *metav1.Duration `json:"min,omitempty"`
+
+	// Max is the largest delay ever programmed, between 1ms and 10s.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="max must be between 1ms and 10s"
+	Max *metav1.Duration `json:"max,omitempty"`
+
+	// Fallback is what happens when no trustworthy delay can be derived for longer
+	// than staleAfter (metrics missing, too few samples, query errors).
+	// +optional
+	// +kubebuilder:default={action:"Disable"}
+	Fallback *Fallback `json:"fallback,omitempty"`
+
+	// StaleAfter is how long the last good delay is kept while metrics are missing
+	// before the fallback applies. It must not be shorter than evaluationInterval.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('24h')",message="staleAfter must be between 5s and 24h"
+	StaleAfter *metav1.Duration `json:"staleAfter,omitempty"`
+
+	// MinSamples is the fewest requests in the window for a quantile to be trusted.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MinSamples int32 `json:"minSamples,omitempty"`
+
+	// DeadbandPercent ignores a new delay that differs from the programmed one by
+	// less than this percentage, so noise does not cause pushes.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	DeadbandPercent int32 `json:"deadbandPercent,omitempty"`
+
+	// MaxStepPercent limits how far the delay moves in one evaluation, as a
+	// percentage of the programmed delay.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxStepPercent int32 `json:"maxStepPercent,omitempty"`
+
+	// Workload names the application's histogram when source is Workload.
+	// +optional
+	Workload *WorkloadMetric `json:"workload,omitempty"`
+
+	// Query is a PromQL template used when source is Custom. It is a Go template
+	// with the variables {{.Namespace}}, {{.Service}}, {{.Port}}, {{.Quantile}} and
+	// {{.Window}}, and must return one series whose value is the latency in seconds.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+}
+
+// FallbackAction is what tailcut programs when no delay can be derived.
+// +kubebuilder:validation:Enum=Static;Disable
+type FallbackAction string
+
+const (
+	// FallbackStatic programs fallback.delay.
+	FallbackStatic FallbackAction = "Static"
+	// FallbackDisable turns hedging off until a delay can be derived again.
+	FallbackDisable FallbackAction = "Disable"
+)
+
+// Fallback is the delay used when metrics cannot be trusted.
+//
+// +kubebuilder:validation:XValidation:rule="self.action == 'Static' ? has(self.delay) : !has(self.delay)",message="delay is required when action is Static and not allowed when action is Disable",fieldPath=".delay"
+type Fallback struct {
+	// Action is Static (use delay) or Disable (stop hedging).
+	// +optional
+	// +kubebuilder:default=Disable
+	Action FallbackAction `json:"action,omitempty"`
+
+	// Delay is the static delay used when action is Static, between 1ms and 10s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="delay must be between 1ms and 10s"
+	Delay *metav1.Duration `json:"delay,omitempty"`
+}
+
+// WorkloadMetric names the application's request-duration histogram.
+type WorkloadMetric struct {
+	// Metric is the histogram's base name, without the _bucket suffix.
+	// +optional
+	// +kubebuilder:default=http_request_duration_seconds
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_:][a-zA-Z0-9_:]*$`
+	Metric string `json:"metric,omitempty"`
+
+	// Labels are extra equality matchers added to the query, for example
+	// {job: "checkout"}. The namespace label is always added.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-zA-Z_][a-zA-Z0-9_]*$') && size(k) <= 100 && size(self[k]) <= 256)",message="label names must be Prometheus label names (at most 100 characters) and values at most 256 characters"
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Budget bounds the extra load hedging may add.
+type Budget struct {
+	// MaxExtraLoadPercent is the most extra requests hedging may send, as a
+	// percentage of the requests on the hedged route, between 1 and 50. It becomes
+	// Envoy's retry_budget.budget_percent, and tailcut raises the delay or pauses
+	// hedging when the measured hedge rate goes above it.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	MaxExtraLoadPercent int32 `json:"maxExtraLoadPercent,omitempty"`
+
+	// MinRetryConcurrency is the number of hedges always allowed in flight, whatever
+	// the budget (Envoy's retry_budget.min_retry_concurrency), so that hedging works
+	// at low request rates.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MinRetryConcurrency int32 `json:"minRetryConcurrency,omitempty"`
+}
+
+// PublishTarget names the way hedge settings reach Envoy.
+// +kubebuilder:validation:Enum=XDS;Istio
+type PublishTarget string
+
+const (
+	// PublishXDS serves the settings from tailcut's own xDS server.
+	PublishXDS PublishTarget = "XDS"
+	// PublishIstio writes an Istio EnvoyFilter next to the policy.
+	PublishIstio PublishTarget = "Istio"
+)
+
+// Publish says how the hedge settings reach Envoy.
+type Publish struct {
+	// Target is XDS (tailcut's own xDS server and Envoy) or Istio (an EnvoyFilter).
+	// +optional
+	// +kubebuilder:default=XDS
+	Target PublishTarget `json:"target,omitempty"`
+}
+
+// DelaySource says where the programmed delay came from.
+// +kubebuilder:validation:Enum=Static;Prometheus;LastKnown;Fallback;None
+type DelaySource string
+
+const (
+	// DelaySourceStatic is spec.delay.static.
+	DelaySourceStatic DelaySource = "Static"
+	// DelaySourcePrometheus is a quantile read from Prometheus in this evaluation.
+	DelaySourcePrometheus DelaySource = "Prometheus"
+	// DelaySourceLastKnown is the last good Prometheus value, kept while metrics are
+	// missing for less than staleAfter.
+	DelaySourceLastKnown DelaySource = "LastKnown"
+	// DelaySourceFallback is the fallback delay.
+	DelaySourceFallback DelaySource = "Fallback"
+	// DelaySourceNone means hedging is off (fallback Disable, or paused).
+	DelaySourceNone DelaySource = "None"
+)
+
+// HedgePolicyStatus reports what tailcut did with the policy and why.
+type HedgePolicyStatus struct {
+	// ObservedGeneration is the spec generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// EffectiveDelay is the hedge delay programmed into Envoy. Empty when hedging is
+	// off.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	EffectiveDelay *metav1.Duration `json:"effectiveDelay,omitempty"`
+
+	// DelaySource says where EffectiveDelay came from.
+	// +optional
+	DelaySource DelaySource `json:"delaySource,omitempty"`
+
+	// DelayReason is a one-line, human explanation of the delay.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	DelayReason string `json:"delayReason,omitempty"`
+
+	// Quantile is the last latency quantile read from Prometheus.
+	// +optional
+	Quantile *QuantileObservation `json:"quantile,omitempty"`
+
+	// HedgeRate is the measured share of extra requests against the budget.
+	// +optional
+	HedgeRate *HedgeRateObservation `json:"hedgeRate,omitempty"`
+
+	// Proxies counts the Envoy proxies that run this policy's configuration.
+	// +optional
+	Proxies *ProxyCounts `json:"proxies,omitempty"`
+
+	// LastDelayChange is when EffectiveDelay last changed. At most one change is
+	// published per evaluationInterval.
+	// +optional
+	LastDelayChange *metav1.Time `json:"lastDelayChange,omitempty"`
+
+	// Conditions: Accepted, DelayDerived, Programmed and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// QuantileObservation is one latency quantile read from Prometheus.
+type QuantileObservation struct {
+	// Quantile is the quantile that was queried, for example 0.95.
+	Quantile float64 `json:"quantile"`
+	// Value is the observed latency at that quantile.
+	// +kubebuilder:validation:Type=string
+	Value metav1.Duration `json:"value"`
+	// Samples is the number of requests in the query window.
+	// +optional
+	Samples int64 `json:"samples,omitempty"`
+	// SampledAt is when the query ran.
+	SampledAt metav1.Time `json:"sampledAt"`
+}
+
+// HedgeRateObservation compares the measured hedge rate with the budget.
+type HedgeRateObservation struct {
+	// Percent is the extra requests sent by hedging, as a percentage of the hedged
+	// route's requests, over the query window.
+	Percent float64 `json:"percent"`
+	// BudgetPercent is spec.budget.maxExtraLoadPercent at the time of the reading.
+	BudgetPercent int32 `json:"budgetPercent"`
+	// SampledAt is when the rate was read.
+	SampledAt metav1.Time `json:"sampledAt"`
+}
+
+// ProxyCounts counts proxies by how far they took this policy's configuration.
+type ProxyCounts struct {
+	// Connected is the number of proxies connected to tailcut that should run this
+	// policy.
+	Connected int32 `json:"connected"`
+	// Programmed is the number of those that acknowledged the current version.
+	Programmed int32 `json:"programmed"`
+	// Version is the configuration version (a content hash) proxies should run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=hp,categories=tailcut
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.targetRef.port`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.delay.mode`
+// +kubebuilder:printcolumn:name="Delay",type=string,JSONPath=`.status.effectiveDelay`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.delaySource`,priority=1
+// +kubebuilder:printcolumn:name="Hedge%",type=number,JSONPath=`.status.hedgeRate.percent`
+// +kubebuilder:printcolumn:name="Budget%",type=integer,JSONPath=`.spec.budget.maxExtraLoadPercent`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// HedgePolicy hedges idempotent requests to a Service: Envoy sends a second attempt
+// to another endpoint when the first is slower than a delay tailcut derives from
+// the Service's live latency, inside a budget for extra load.
+type HedgePolicy struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is a standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec defines what to hedge and how the delay is chosen.
+	// +required
+	Spec HedgePolicySpec `json:"spec"`
+
+	// status reports the delay in force, why, and whether Envoy runs it.
+	// +optional
+	Status HedgePolicyStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// HedgePolicyList contains a list of HedgePolicy.
+type HedgePolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HedgePolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HedgePolicy{}, &HedgePolicyList{})
+}

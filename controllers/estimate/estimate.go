@@ -1,0 +1,96 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package estimate decides the hedge delay for a policy at one evaluation and
+// explains the decision. Static policies need no data; Auto policies read latency
+// quantiles and hedge rates from a metrics provider.
+package estimate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+)
+
+// Result is the estimator's decision for one policy at one evaluation.
+type Result struct {
+	// Delay is the hedge delay to program. Zero means hedging is off.
+	Delay time.Duration
+	// Source says where Delay came from.
+	Source tailcutv1alpha1.DelaySource
+	// Reason is a one-line, human explanation, copied to status.delayReason.
+	Reason string
+	// Derived is the DelayDerived condition: true when Delay comes from fresh,
+	// trustworthy data or from spec.delay.static.
+	Derived bool
+	// DerivedReason is the DelayDerived condition's reason.
+	DerivedReason string
+	// Quantile and HedgeRate are the readings behind the decision, when any.
+	Quantile  *tailcutv1alpha1.QuantileObservation
+	HedgeRate *tailcutv1alpha1.HedgeRateObservation
+}
+
+// Estimator decides the delay for a policy. Metric outages are not errors: they
+// come back as a Result with Derived false. An error means the policy itself
+// cannot be evaluated (for example its query template does not parse), and the
+// controller reports it as Accepted=False.
+type Estimator interface {
+	Estimate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, now time.Time) (Result, error)
+}
+
+// StaticOnly serves Static policies and, having no metrics provider, answers every
+// Auto policy with its fallback. It is what the operator runs when no Prometheus
+// address is configured.
+type StaticOnly struct{}
+
+// Estimate implements Estimator.
+func (StaticOnly) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolicy, _ time.Time) (Result, error) {
+	spec := &policy.Spec
+	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
+		return Static(spec), nil
+	}
+	return Fallback(spec, tailcutv1alpha1.ReasonNoMetrics, "no Prometheus address is configured (--prometheus-url)"), nil
+}
+
+// Static is the result for a Static policy.
+func Static(spec *tailcutv1alpha1.HedgePolicySpec) Result {
+	d := spec.Delay.Static.Duration
+	return Result{
+		Delay:         d,
+		Source:        tailcutv1alpha1.DelaySourceStatic,
+		Reason:        fmt.Sprintf("static delay %s from spec.delay.static", d),
+		Derived:       true,
+		DerivedReason: tailcutv1alpha1.ReasonStatic,
+	}
+}
+
+// Fallback is the result when no trustworthy delay can be derived and the last
+// good one is stale or absent: the policy's fallback delay, or hedging off.
+func Fallback(spec *tailcutv1alpha1.HedgePolicySpec, reason, why string) Result {
+	fb := spec.EffectiveAuto().Fallback
+	r := Result{Derived: false, DerivedReason: reason}
+	if fb.Action == tailcutv1alpha1.FallbackStatic && fb.Delay != nil {
+		r.Delay = fb.Delay.Duration
+		r.Source = tailcutv1alpha1.DelaySourceFallback
+		r.Reason = fmt.Sprintf("fallback delay %s: %s", r.Delay, why)
+		return r
+	}
+	r.Source = tailcutv1alpha1.DelaySourceNone
+	r.Reason = "hedging off (fallback Disable): " + why
+	return r
+}

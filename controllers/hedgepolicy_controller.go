@@ -1,0 +1,414 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package controllers reconciles HedgePolicies: it checks the target, asks the
+// estimator for a delay, builds the route plan, hands it to the publisher for the
+// policy's target and writes one status patch with what happened and why.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// targetNameIndex indexes HedgePolicies by spec.targetRef.name, so a Service or
+// EndpointSlice event finds the policies that name it.
+const targetNameIndex = "spec.targetRef.name"
+
+// HedgePolicyReconciler turns HedgePolicies into published route plans and status.
+type HedgePolicyReconciler struct {
+	client.Client
+	Recorder  events.EventRecorder
+	Estimator estimate.Estimator
+	// Publishers holds one publisher per spec.publish.target. A target with no
+	// publisher is reported as Programmed=False, never silently ignored.
+	Publishers map[tailcutv1alpha1.PublishTarget]Publisher
+	Clock      clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile evaluates one policy and writes its status once.
+func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var policy tailcutv1alpha1.HedgePolicy
+	if err := r.Get(ctx, req.NamespacedName, &policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The policy is gone: withdraw it everywhere. Publishers keep no state
+			// outside this process except Istio EnvoyFilters, which carry an owner
+			// reference and are garbage collected, so no finalizer is needed.
+			return ctrl.Result{}, r.removeEverywhere(ctx, req.NamespacedName, "")
+		}
+		return ctrl.Result{}, err
+	}
+	if !policy.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+
+	now := r.Clock.Now()
+	status := policy.Status.DeepCopy()
+	status.ObservedGeneration = policy.Generation
+	requeue, evalErr := r.evaluate(ctx, &policy, status, metav1.NewTime(now))
+
+	if err := r.patchStatus(ctx, &policy, status); err != nil {
+		return ctrl.Result{}, errors.Join(evalErr, err)
+	}
+	// A publish failure is returned so controller-runtime backs off; everything
+	// about metrics is in the status and only asks for the next evaluation.
+	return ctrl.Result{RequeueAfter: requeue}, evalErr
+}
+
+// evaluate fills status for the policy and publishes its plan. It returns when to
+// evaluate again and an error only for failures worth a backoff retry.
+func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) (time.Duration, error) {
+	key := client.ObjectKeyFromObject(policy)
+	interval := policy.Spec.EffectiveEvaluationInterval()
+
+	svcPort, reason, msg, err := r.resolveTarget(ctx, policy)
+	if err != nil {
+		return 0, err
+	}
+	if reason != "" {
+		r.notAccepted(policy, status, now, reason, msg)
+		// Traffic to a missing target cannot be hedged; withdraw stale settings.
+		return interval, r.removeEverywhere(ctx, key, policy.Spec.EffectivePublishTarget())
+	}
+
+	est, err := r.Estimator.Estimate(ctx, policy, now.Time)
+	if err != nil {
+		r.notAccepted(policy, status, now, tailcutv1alpha1.ReasonInvalidQuery, err.Error())
+		return interval, r.removeEverywhere(ctx, key, policy.Spec.EffectivePublishTarget())
+	}
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, true, tailcutv1alpha1.ReasonAccepted,
+		fmt.Sprintf("target Service %s port %d found", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
+	applyEstimate(status, est, now)
+	derivedMsg := est.Reason
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, derivedMsg)
+
+	endpoints, err := r.endpointsFor(ctx, policy, svcPort)
+	if err != nil {
+		return 0, err
+	}
+	p, err := plan.Build(planInput(policy, est.Delay, endpoints))
+	if err != nil {
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, "invalid route plan: "+err.Error())
+		return interval, nil
+	}
+
+	var publishErr error
+	pub := r.Publishers[policy.Spec.EffectivePublishTarget()]
+	switch {
+	case pub == nil:
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent,
+			fmt.Sprintf("no %s publisher runs in this operator", policy.Spec.EffectivePublishTarget()))
+	default:
+		if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
+			r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
+		} else {
+			r.reportProgram(policy, status, now, pub.Status(key))
+		}
+	}
+	r.setReady(policy, status, now)
+	return interval, publishErr
+}
+
+// resolveTarget finds the target Service port. A missing target is a reason, not
+// an error: errors are only for API failures.
+func (r *HedgePolicyReconciler) resolveTarget(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (*corev1.ServicePort, string, string, error) {
+	ref := policy.Spec.TargetRef
+	if ref.Kind != "" && ref.Kind != "Service" {
+		return nil, tailcutv1alpha1.ReasonUnsupportedTarget, fmt.Sprintf("targetRef.kind %q is not supported; use Service", ref.Kind), nil
+	}
+	var svc corev1.Service
+	if err := r.Get(ctx, types.NamespacedName{Namespace: policy.Namespace, Name: ref.Name}, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, tailcutv1alpha1.ReasonTargetNotFound, fmt.Sprintf("Service %s/%s not found", policy.Namespace, ref.Name), nil
+		}
+		return nil, "", "", err
+	}
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Port == ref.Port {
+			return &svc.Spec.Ports[i], "", "", nil
+		}
+	}
+	return nil, tailcutv1alpha1.ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %d", policy.Namespace, ref.Name, ref.Port), nil
+}
+
+// endpointsFor lists the ready endpoints that serve the Service port.
+func (r *HedgePolicyReconciler) endpointsFor(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, svcPort *corev1.ServicePort) ([]plan.Endpoint, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := r.List(ctx, &slices, client.InNamespace(policy.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: policy.Spec.TargetRef.Name}); err != nil {
+		return nil, err
+	}
+	var out []plan.Endpoint
+	for _, s := range slices.Items {
+		var port *int32
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == svcPort.Name && p.Port != nil {
+				port = p.Port
+			}
+		}
+		if port == nil {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, addr := range e.Addresses {
+				out = append(out, plan.Endpoint{Address: addr, Port: *port})
+			}
+		}
+	}
+	return out, nil
+}
+
+func planInput(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoints []plan.Endpoint) plan.Input {
+	spec := &policy.Spec
+	match := spec.EffectiveMatch()
+	methods := make([]string, 0, len(match.Methods))
+	for _, m := range match.Methods {
+		methods = append(methods, string(m))
+	}
+	retryOn := make([]string, 0, len(spec.RetryOn))
+	for _, c := range spec.EffectiveRetryOn() {
+		retryOn = append(retryOn, string(c))
+	}
+	budget := spec.EffectiveBudget()
+	return plan.Input{
+		PolicyNamespace: policy.Namespace,
+		PolicyName:      policy.Name,
+		Service:         spec.TargetRef.Name,
+		Port:            spec.TargetRef.Port,
+		PathPrefix:      match.PathPrefix,
+		Methods:         methods,
+		Delay:           delay,
+		MaxHedges:       spec.EffectiveMaxHedges(),
+		RetryOn:         retryOn,
+		BudgetPercent:   budget.MaxExtraLoadPercent,
+		MinConcurrency:  budget.MinRetryConcurrency,
+		Endpoints:       endpoints,
+	}
+}
+
+func applyEstimate(status *tailcutv1alpha1.HedgePolicyStatus, est estimate.Result, now metav1.Time) {
+	var delay *metav1.Duration
+	if est.Delay > 0 {
+		delay = &metav1.Duration{Duration: est.Delay}
+	}
+	if !apiequality.Semantic.DeepEqual(delay, status.EffectiveDelay) {
+		status.LastDelayChange = &now
+	}
+	status.EffectiveDelay = delay
+	status.DelaySource = est.Source
+	status.DelayReason = truncate(est.Reason, 1024)
+	if est.Quantile != nil {
+		status.Quantile = est.Quantile
+	}
+	if est.HedgeRate != nil {
+		status.HedgeRate = est.HedgeRate
+	}
+}
+
+func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps ProgramStatus) {
+	status.Proxies = &tailcutv1alpha1.ProxyCounts{Connected: ps.Connected, Programmed: ps.Programmed, Version: ps.Version}
+	switch {
+	case ps.Rejected != "":
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonRejected, "a proxy rejected version "+ps.Version+": "+ps.Rejected)
+	case ps.Connected == 0:
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNoProxies, "no proxy is connected")
+	case ps.Programmed < ps.Connected:
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPending,
+			fmt.Sprintf("%d of %d proxies acknowledged version %s", ps.Programmed, ps.Connected, ps.Version))
+	default:
+		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
+			fmt.Sprintf("%d of %d proxies run version %s", ps.Programmed, ps.Connected, ps.Version))
+	}
+}
+
+func (r *HedgePolicyReconciler) notAccepted(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, reason, msg string) {
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, false, reason, msg)
+	status.EffectiveDelay = nil
+	status.DelaySource = tailcutv1alpha1.DelaySourceNone
+	status.DelayReason = "not accepted: " + truncate(msg, 1000)
+	status.Proxies = nil
+	setUnknown(status, now, tailcutv1alpha1.ConditionDelayDerived, "the policy is not accepted")
+	r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
+	r.setReady(policy, status, now)
+}
+
+func (r *HedgePolicyReconciler) setProgrammed(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ok bool, reason, msg string) {
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionProgrammed, ok, reason, msg)
+}
+
+// setReady summarizes: Ready when accepted, programmed and hedging runs.
+func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) {
+	for _, t := range []string{tailcutv1alpha1.ConditionAccepted, tailcutv1alpha1.ConditionProgrammed} {
+		if c := meta.FindStatusCondition(status.Conditions, t); c == nil || c.Status != metav1.ConditionTrue {
+			msg := t + " is not True"
+			if c != nil {
+				msg = fmt.Sprintf("%s is %s: %s", t, c.Status, c.Reason)
+			}
+			r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, msg)
+			return
+		}
+	}
+	if status.EffectiveDelay == nil {
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, "hedging is off: "+status.DelayReason)
+		return
+	}
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, true, tailcutv1alpha1.ReasonReady,
+		fmt.Sprintf("hedging with delay %s (%s)", status.EffectiveDelay.Duration, status.DelaySource))
+}
+
+// setCondition sets a condition, moving LastTransitionTime only when the status
+// changes, and records an event on that transition.
+func (r *HedgePolicyReconciler) setCondition(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, condType string, ok bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	prev := meta.FindStatusCondition(status.Conditions, condType)
+	changed := prev == nil || prev.Status != s || prev.Reason != reason
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: condType, Status: s, Reason: reason, Message: truncate(msg, 32768),
+		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: now,
+	})
+	if changed && r.Recorder != nil {
+		eventType := corev1.EventTypeNormal
+		if !ok {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(policy, nil, eventType, reason, condType, "%s=%s: %s", condType, s, truncate(msg, 900))
+	}
+}
+
+func setUnknown(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, condType, msg string) {
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: condType, Status: metav1.ConditionUnknown, Reason: tailcutv1alpha1.ReasonNotAccepted, Message: msg,
+		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: now,
+	})
+}
+
+// patchStatus writes the status once, and not at all when nothing changed.
+func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus) error {
+	if apiequality.Semantic.DeepEqual(&policy.Status, status) {
+		return nil
+	}
+	base := policy.DeepCopy()
+	policy.Status = *status
+	if err := r.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+// removeEverywhere withdraws the policy from every publisher except keep.
+func (r *HedgePolicyReconciler) removeEverywhere(ctx context.Context, key types.NamespacedName, keep tailcutv1alpha1.PublishTarget) error {
+	var errs []error
+	for target, pub := range r.Publishers {
+		if pub == nil || (keep != "" && target != keep) {
+			continue
+		}
+		if err := pub.Remove(ctx, key); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s from %s: %w", key, target, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// SetupWithManager registers the reconciler and the watches that lead back to
+// policies: their target Services and EndpointSlices.
+func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Estimator == nil {
+		r.Estimator = estimate.StaticOnly{}
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tailcutv1alpha1.HedgePolicy{}, targetNameIndex,
+		func(o client.Object) []string { return []string{o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name} }); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&tailcutv1alpha1.HedgePolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice)).
+		Named("hedgepolicy").
+		Complete(r)
+}
+
+func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.policiesTargeting(ctx, o.GetNamespace(), o.GetName())
+}
+
+func (r *HedgePolicyReconciler) policiesForEndpointSlice(ctx context.Context, o client.Object) []reconcile.Request {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil
+	}
+	return r.policiesTargeting(ctx, o.GetNamespace(), svc)
+}
+
+func (r *HedgePolicyReconciler) policiesTargeting(ctx context.Context, namespace, service string) []reconcile.Request {
+	var list tailcutv1alpha1.HedgePolicyList
+	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{targetNameIndex: service}); err != nil {
+		logf.FromContext(ctx).Error(err, "listing policies for target", "namespace", namespace, "service", service)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
+	return reqs
+}

@@ -1,0 +1,232 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package plan holds tailcut's intermediate representation: what one HedgePolicy
+// asks of Envoy, once the delay is known and the endpoints are resolved. It knows
+// nothing of Envoy protos or of the Kubernetes client, so every publisher (xDS,
+// Istio) translates the same, already validated, deterministic value.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Named validation errors. Callers match them with errors.Is.
+var (
+	ErrNameEmpty         = errors.New("plan name is empty")
+	ErrServiceEmpty      = errors.New("service name or namespace is empty")
+	ErrPortInvalid       = errors.New("service port must be between 1 and 65535")
+	ErrNoHosts           = errors.New("no virtual host names")
+	ErrPathPrefix        = errors.New("path prefix must start with /")
+	ErrNoMethods         = errors.New("no hedged methods")
+	ErrDelayInvalid      = errors.New("hedge delay must be positive")
+	ErrMaxHedges         = errors.New("max hedges must be between 1 and 3")
+	ErrRetryOnEmpty      = errors.New("retryOn is empty: Envoy would not hedge")
+	ErrBudgetInvalid     = errors.New("budget percent must be between 1 and 100")
+	ErrMinConcurrency    = errors.New("min retry concurrency must be at least 1")
+	ErrEndpointInvalid   = errors.New("endpoint address or port is invalid")
+	ErrEndpointsUnsorted = errors.New("endpoints are not sorted and unique")
+)
+
+// BypassHeader selects the bypass route: a request carrying it with value "1"
+// reaches the same cluster through the same hops, never hedged. A/B runs use it
+// to measure the unhedged tail through the same Envoy.
+const BypassHeader = "x-tailcut-bypass"
+
+// RoutePlan is everything one HedgePolicy asks of Envoy.
+type RoutePlan struct {
+	// Name is unique per policy ("<namespace>/<name>") and keys the plan in
+	// publishers.
+	Name string `json:"name"`
+	// Namespace and Service name the target Service.
+	Namespace string `json:"namespace"`
+	Service   string `json:"service"`
+	// Port is the Service port that is hedged.
+	Port int32 `json:"port"`
+	// Hosts are the virtual host names the route answers to: the Service's short,
+	// namespaced and cluster-local names, each with and without the port. Sorted.
+	Hosts []string `json:"hosts"`
+	// Match selects the requests that are hedged. Requests outside it still reach
+	// the cluster, unhedged.
+	Match Match `json:"match"`
+	// Hedge is nil when hedging is off (a fallback of Disable, or paused because
+	// it hurts). The routes then stay in place, without hedging, so traffic never
+	// stops because metrics did.
+	Hedge *Hedge `json:"hedge,omitempty"`
+	// Budget bounds concurrent hedges at the cluster (Envoy's retry_budget).
+	Budget Budget `json:"budget"`
+	// Endpoints are the ready backends of the Service port. Sorted, unique. May be
+	// empty: Envoy then answers 503 rather than the route disappearing.
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Match is a path prefix and the methods hedged under it.
+type Match struct {
+	PathPrefix string `json:"pathPrefix"`
+	// Methods are upper-case and sorted.
+	Methods []string `json:"methods"`
+}
+
+// Hedge is the hedging part of the route.
+type Hedge struct {
+	// Delay is how long the first attempt runs before a hedge is sent. It becomes
+	// the route's per_try_timeout, which Envoy uses as the hedge delay when
+	// hedge_on_per_try_timeout is set.
+	Delay time.Duration `json:"delay"`
+	// MaxHedges is Envoy's num_retries: the most extra attempts per request.
+	MaxHedges int32 `json:"maxHedges"`
+	// RetryOn must be non-empty or Envoy silently never hedges. Sorted.
+	RetryOn []string `json:"retryOn"`
+}
+
+// Budget is the cluster's retry budget.
+type Budget struct {
+	// Percent is retry_budget.budget_percent: concurrent hedges as a share of
+	// active requests.
+	Percent int32 `json:"percent"`
+	// MinConcurrency is retry_budget.min_retry_concurrency.
+	MinConcurrency int32 `json:"minConcurrency"`
+}
+
+// Endpoint is one ready backend address.
+type Endpoint struct {
+	Address string `json:"address"`
+	Port    int32  `json:"port"`
+}
+
+// Input is what Build needs, gathered by the controller from the API and the
+// estimator. It uses plain types so this package stays free of client-go.
+type Input struct {
+	PolicyNamespace string
+	PolicyName      string
+	Service         string
+	Port            int32
+	PathPrefix      string
+	Methods         []string
+	// Delay <= 0 means hedging is off.
+	Delay          time.Duration
+	MaxHedges      int32
+	RetryOn        []string
+	BudgetPercent  int32
+	MinConcurrency int32
+	Endpoints      []Endpoint
+}
+
+// Build turns an Input into a validated RoutePlan.
+func Build(in Input) (RoutePlan, error) {
+	p := RoutePlan{
+		Name:      in.PolicyNamespace + "/" + in.PolicyName,
+		Namespace: in.PolicyNamespace,
+		Service:   in.Service,
+		Port:      in.Port,
+		Hosts:     ServiceHosts(in.Service, in.PolicyNamespace, in.Port),
+		Match:     Match{PathPrefix: in.PathPrefix, Methods: sortedUpper(in.Methods)},
+		Budget:    Budget{Percent: in.BudgetPercent, MinConcurrency: in.MinConcurrency},
+		Endpoints: sortedEndpoints(in.Endpoints),
+	}
+	if in.Delay > 0 {
+		retryOn := slices.Clone(in.RetryOn)
+		slices.Sort(retryOn)
+		p.Hedge = &Hedge{Delay: in.Delay, MaxHedges: in.MaxHedges, RetryOn: slices.Compact(retryOn)}
+	}
+	return p, p.Validate()
+}
+
+// ServiceHosts returns the names a client may use for a Service port, sorted.
+func ServiceHosts(svc, ns string, port int32) []string {
+	var hosts []string
+	for _, h := range []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"} {
+		hosts = append(hosts, h, fmt.Sprintf("%s:%d", h, port))
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
+// Validate checks the plan and returns every problem, joined.
+func (p RoutePlan) Validate() error {
+	var errs []error
+	if p.Name == "" || p.Name == "/" {
+		errs = append(errs, ErrNameEmpty)
+	}
+	if p.Service == "" || p.Namespace == "" {
+		errs = append(errs, ErrServiceEmpty)
+	}
+	if p.Port < 1 || p.Port > 65535 {
+		errs = append(errs, ErrPortInvalid)
+	}
+	if len(p.Hosts) == 0 {
+		errs = append(errs, ErrNoHosts)
+	}
+	if !strings.HasPrefix(p.Match.PathPrefix, "/") {
+		errs = append(errs, ErrPathPrefix)
+	}
+	if len(p.Match.Methods) == 0 {
+		errs = append(errs, ErrNoMethods)
+	}
+	if h := p.Hedge; h != nil {
+		if h.Delay <= 0 {
+			errs = append(errs, ErrDelayInvalid)
+		}
+		if h.MaxHedges < 1 || h.MaxHedges > 3 {
+			errs = append(errs, ErrMaxHedges)
+		}
+		if len(h.RetryOn) == 0 {
+			errs = append(errs, ErrRetryOnEmpty)
+		}
+	}
+	if p.Budget.Percent < 1 || p.Budget.Percent > 100 {
+		errs = append(errs, ErrBudgetInvalid)
+	}
+	if p.Budget.MinConcurrency < 1 {
+		errs = append(errs, ErrMinConcurrency)
+	}
+	for i, e := range p.Endpoints {
+		if _, err := netip.ParseAddr(e.Address); err != nil || e.Port < 1 || e.Port > 65535 {
+			errs = append(errs, fmt.Errorf("%w: %s:%d", ErrEndpointInvalid, e.Address, e.Port))
+		}
+		if i > 0 && compareEndpoints(p.Endpoints[i-1], e) >= 0 {
+			errs = append(errs, ErrEndpointsUnsorted)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedUpper(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, m := range in {
+		out = append(out, strings.ToUpper(m))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func sortedEndpoints(in []Endpoint) []Endpoint {
+	out := slices.Clone(in)
+	slices.SortFunc(out, compareEndpoints)
+	return slices.Compact(out)
+}
+
+func compareEndpoints(a, b Endpoint) int {
+	if c := strings.Compare(a.Address, b.Address); c != 0 {
+		return c
+	}
+	return int(a.Port) - int(b.Port)
+}

@@ -1,0 +1,53 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// Publisher delivers route plans to Envoy in one way: tailcut's own xDS server,
+// or Istio EnvoyFilters. The reconciler picks one per policy by
+// spec.publish.target, in the way Flagger keeps one router per mesh.
+type Publisher interface {
+	// Publish makes p the configuration of its policy. It returns once the
+	// change is accepted by the publisher; proxies acknowledge it later, which
+	// Status reports.
+	Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error
+	// Remove withdraws everything published for the policy. Removing a policy that
+	// was never published is not an error.
+	Remove(ctx context.Context, key types.NamespacedName) error
+	// Status reports how far proxies took the policy's current configuration.
+	Status(key types.NamespacedName) ProgramStatus
+}
+
+// ProgramStatus is how far proxies took one policy's configuration.
+type ProgramStatus struct {
+	// Connected is the number of proxies that should run the configuration.
+	Connected int32
+	// Programmed is the number that acknowledged the current version.
+	Programmed int32
+	// Version is the current configuration version.
+	Version string
+	// Rejected holds a proxy's error detail when it refused the current version.
+	Rejected string
+}
