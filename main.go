@@ -35,6 +35,7 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/publish"
 )
 
 var scheme = runtime.NewScheme()
@@ -81,7 +82,7 @@ func main() {
 		Client:     mgr.GetClient(),
 		Recorder:   mgr.GetEventRecorder("tailcut"),
 		Estimator:  estimate.StaticOnly{},
-		Publishers: map[tailcutv1alpha1.PublishTarget]controllers.Publisher{},
+		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)

@@ -45,6 +45,7 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 )
 
 // targetNameIndex indexes HedgePolicies by spec.targetRef.name, so a Service or
@@ -58,7 +59,7 @@ type HedgePolicyReconciler struct {
 	Estimator estimate.Estimator
 	// Publishers holds one publisher per spec.publish.target. A target with no
 	// publisher is reported as Programmed=False, never silently ignored.
-	Publishers map[tailcutv1alpha1.PublishTarget]Publisher
+	Publishers map[tailcutv1alpha1.PublishTarget]publish.Publisher
 	Clock      clock.PassiveClock
 }
 
@@ -250,7 +251,7 @@ func applyEstimate(status *tailcutv1alpha1.HedgePolicyStatus, est estimate.Resul
 	}
 }
 
-func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps ProgramStatus) {
+func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps publish.ProgramStatus) {
 	status.Proxies = &tailcutv1alpha1.ProxyCounts{Connected: ps.Connected, Programmed: ps.Programmed, Version: ps.Version}
 	switch {
 	case ps.Rejected != "":

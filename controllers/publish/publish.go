@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+// Package publish defines how route plans reach Envoy. Each way (tailcut's xDS
+// server, Istio EnvoyFilters) implements Publisher in its own package.
+package publish
 
 import (
 	"context"

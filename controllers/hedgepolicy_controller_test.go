@@ -1,0 +1,319 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
+)
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "hp-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func newService(t *testing.T, ns, name string, port int32) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: port}}},
+	}
+	if err := k8s.Create(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newEndpointSlice(t *testing.T, ns, svc string, port int32, ready map[string]bool) {
+	t.Helper()
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port)}},
+	}
+	for addr, ok := range ready {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ok)}})
+	}
+	if err := k8s.Create(context.Background(), es); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newPolicy(t *testing.T, ns, target string, mutate func(*tailcutv1alpha1.HedgePolicySpec)) *tailcutv1alpha1.HedgePolicy {
+	t.Helper()
+	p := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "policy"},
+		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: target, Port: 8080}},
+	}
+	if mutate != nil {
+		mutate(&p.Spec)
+	}
+	if err := k8s.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func staticDelay(d time.Duration) func(*tailcutv1alpha1.HedgePolicySpec) {
+	return func(s *tailcutv1alpha1.HedgePolicySpec) {
+		s.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: d}}
+	}
+}
+
+// waitCondition waits until the policy's status, for its current generation, has
+// the condition with the wanted status and reason, and returns the policy.
+func waitCondition(t *testing.T, key types.NamespacedName, condType string, status metav1.ConditionStatus, reason string) *tailcutv1alpha1.HedgePolicy {
+	t.Helper()
+	var p tailcutv1alpha1.HedgePolicy
+	eventually(t, fmt.Sprintf("%s=%s/%s", condType, status, reason), func() error {
+		if err := k8s.Get(context.Background(), key, &p); err != nil {
+			return err
+		}
+		if p.Status.ObservedGeneration != p.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", p.Status.ObservedGeneration, p.Generation)
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, condType)
+		if c == nil || c.Status != status || c.Reason != reason {
+			return fmt.Errorf("condition is %+v", c)
+		}
+		return nil
+	})
+	return &p
+}
+
+func conditionOf(p *tailcutv1alpha1.HedgePolicy, condType string) metav1.Condition {
+	if c := meta.FindStatusCondition(p.Status.Conditions, condType); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func TestMissingTargetIsNotAcceptedUntilItAppears(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	key := client.ObjectKeyFromObject(p)
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 2, Programmed: 2, Version: "v1"})
+
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonTargetNotFound)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionAccepted); !strings.Contains(c.Message, "Service "+ns+"/checkout not found") {
+		t.Errorf("Accepted message %q does not name the Service", c.Message)
+	}
+	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); c.Status != metav1.ConditionFalse {
+		t.Errorf("Ready = %+v, want False", c)
+	}
+	if got.Status.EffectiveDelay != nil {
+		t.Errorf("effectiveDelay = %v for a policy that is not accepted", got.Status.EffectiveDelay)
+	}
+	if _, ok := publisher.plan(key); ok {
+		t.Error("a plan was published for a missing target")
+	}
+	eventually(t, "a TargetNotFound event", func() error {
+		var evs eventsv1.EventList
+		if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == tailcutv1alpha1.ReasonTargetNotFound && e.Regarding.Name == "policy" && e.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none with reason TargetNotFound", len(evs.Items))
+	})
+
+	// Creating the Service and its endpoints is enough: the watches bring the
+	// policy back without waiting for the evaluation interval.
+	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.2": true, "10.0.0.1": true, "10.0.0.3": false})
+	got = waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	for _, ct := range []string{tailcutv1alpha1.ConditionAccepted, tailcutv1alpha1.ConditionDelayDerived, tailcutv1alpha1.ConditionProgrammed} {
+		if c := conditionOf(got, ct); c.Status != metav1.ConditionTrue || c.ObservedGeneration != got.Generation {
+			t.Errorf("%s = %+v, want True at generation %d", ct, c, got.Generation)
+		}
+	}
+	if got.Status.EffectiveDelay == nil || got.Status.EffectiveDelay.Duration != 20*time.Millisecond || got.Status.DelaySource != tailcutv1alpha1.DelaySourceStatic {
+		t.Errorf("delay %v from %q, want 20ms from Static", got.Status.EffectiveDelay, got.Status.DelaySource)
+	}
+	if got.Status.Proxies == nil || got.Status.Proxies.Programmed != 2 || got.Status.Proxies.Connected != 2 {
+		t.Errorf("proxies = %+v, want 2 of 2", got.Status.Proxies)
+	}
+	eventually(t, "plan with ready endpoints", func() error {
+		rp, ok := publisher.plan(key)
+		want := []plan.Endpoint{{Address: "10.0.0.1", Port: 9090}, {Address: "10.0.0.2", Port: 9090}}
+		if !ok || fmt.Sprint(rp.Endpoints) != fmt.Sprint(want) {
+			return fmt.Errorf("plan %+v, want endpoints %v", rp, want)
+		}
+		if rp.Hedge == nil || rp.Hedge.Delay != 20*time.Millisecond || rp.Hedge.MaxHedges != 1 {
+			return fmt.Errorf("hedge %+v, want 20ms x1", rp.Hedge)
+		}
+		return nil
+	})
+}
+
+func TestMissingPort(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 9999)
+	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	got := waitCondition(t, client.ObjectKeyFromObject(p), tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonPortNotFound)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonNotAccepted {
+		t.Errorf("Programmed = %+v, want False/NotAccepted", c)
+	}
+}
+
+func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", nil)
+	key := client.ObjectKeyFromObject(p)
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionDelayDerived, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoMetrics)
+	if got.Status.EffectiveDelay != nil || got.Status.DelaySource != tailcutv1alpha1.DelaySourceNone {
+		t.Errorf("delay %v from %q, want none (fallback Disable)", got.Status.EffectiveDelay, got.Status.DelaySource)
+	}
+	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "hedging is off") {
+		t.Errorf("Ready = %+v, want False because hedging is off", c)
+	}
+	eventually(t, "plan without hedging", func() error {
+		if rp, ok := publisher.plan(key); !ok || rp.Hedge != nil {
+			return fmt.Errorf("plan %+v (published %v), want one with Hedge nil", rp, ok)
+		}
+		return nil
+	})
+
+	// A Static fallback programs its delay.
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Delay.Auto = &tailcutv1alpha1.AutoDelay{Fallback: &tailcutv1alpha1.Fallback{
+		Action: tailcutv1alpha1.FallbackStatic, Delay: &metav1.Duration{Duration: 40 * time.Millisecond}}}
+	if err := k8s.Patch(context.Background(), got, patch); err != nil {
+		t.Fatal(err)
+	}
+	got = waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	if got.Status.EffectiveDelay == nil || got.Status.EffectiveDelay.Duration != 40*time.Millisecond || got.Status.DelaySource != tailcutv1alpha1.DelaySourceFallback {
+		t.Errorf("delay %v from %q, want 40ms from Fallback", got.Status.EffectiveDelay, got.Status.DelaySource)
+	}
+	if c := conditionOf(got, tailcutv1alpha1.ConditionDelayDerived); c.Status != metav1.ConditionFalse {
+		t.Errorf("DelayDerived = %+v, want False while on the fallback", c)
+	}
+}
+
+func TestSpecChangeUpdatesGenerationAndDelay(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	key := client.ObjectKeyFromObject(p)
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	first := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	readySince := conditionOf(first, tailcutv1alpha1.ConditionReady).LastTransitionTime
+
+	patch := client.MergeFrom(first.DeepCopy())
+	first.Spec.Delay.Static = &metav1.Duration{Duration: 30 * time.Millisecond}
+	first.Spec.MaxHedges = 2
+	if err := k8s.Patch(context.Background(), first, patch); err != nil {
+		t.Fatal(err)
+	}
+	var got tailcutv1alpha1.HedgePolicy
+	eventually(t, "status for generation 2", func() error {
+		if err := k8s.Get(context.Background(), key, &got); err != nil {
+			return err
+		}
+		if got.Generation != 2 || got.Status.ObservedGeneration != 2 {
+			return fmt.Errorf("generation %d observed %d", got.Generation, got.Status.ObservedGeneration)
+		}
+		if got.Status.EffectiveDelay == nil || got.Status.EffectiveDelay.Duration != 30*time.Millisecond {
+			return fmt.Errorf("effectiveDelay %v", got.Status.EffectiveDelay)
+		}
+		return nil
+	})
+	if c := conditionOf(&got, tailcutv1alpha1.ConditionReady); !c.LastTransitionTime.Equal(&readySince) || c.ObservedGeneration != 2 {
+		t.Errorf("Ready moved its transition time (%v -> %v) or generation (%d) without a transition", readySince, c.LastTransitionTime, c.ObservedGeneration)
+	}
+	if rp, _ := publisher.plan(key); rp.Hedge == nil || rp.Hedge.Delay != 30*time.Millisecond || rp.Hedge.MaxHedges != 2 {
+		t.Errorf("published hedge %+v, want 30ms x2", rp.Hedge)
+	}
+}
+
+func TestRejectedConfigIsReported(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 0, Version: "abc", Rejected: "Proto constraint validation failed"})
+	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonRejected)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, "Proto constraint validation failed") {
+		t.Errorf("Programmed message %q lacks the proxy's error detail", c.Message)
+	}
+}
+
+func TestPublisherNotConfigured(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
+		staticDelay(20 * time.Millisecond)(s)
+		s.Publish.Target = tailcutv1alpha1.PublishIstio
+	})
+	got := waitCondition(t, client.ObjectKeyFromObject(p), tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonPublisherAbsent)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, "no Istio publisher") {
+		t.Errorf("Programmed message %q", c.Message)
+	}
+}
+
+func TestDeletionWithdrawsThePlan(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	key := client.ObjectKeyFromObject(p)
+	eventually(t, "plan published", func() error {
+		if _, ok := publisher.plan(key); !ok {
+			return fmt.Errorf("no plan yet")
+		}
+		return nil
+	})
+	before := publisher.removals(key)
+	if err := k8s.Delete(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "policy gone and plan withdrawn", func() error {
+		err := k8s.Get(context.Background(), key, &tailcutv1alpha1.HedgePolicy{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("policy still there: %v", err)
+		}
+		if _, ok := publisher.plan(key); ok || publisher.removals(key) <= before {
+			return fmt.Errorf("plan not withdrawn (published %v, removals %d)", ok, publisher.removals(key))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,171 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+var (
+	cfg       *rest.Config
+	k8s       client.Client
+	publisher = newRecordingPublisher()
+)
+
+// TestMain runs one real API server and one manager with the reconciler for
+// every test in this package. The publisher is a recording stand-in: the real
+// xDS and Istio publishers are tested in their own packages.
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	env, c, err := envtestutil.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cfg = c
+	code := run(m)
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) int {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 envtestutil.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r := &HedgePolicyReconciler{
+		Client:     mgr.GetClient(),
+		Recorder:   mgr.GetEventRecorder("tailcut"),
+		Estimator:  estimate.StaticOnly{},
+		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: publisher},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		fmt.Fprintln(os.Stderr, "cache did not sync")
+		return 1
+	}
+	k8s = mgr.GetClient()
+	return m.Run()
+}
+
+// recordingPublisher remembers what the reconciler published and answers Status
+// with what a test set.
+type recordingPublisher struct {
+	mu        sync.Mutex
+	published map[types.NamespacedName]plan.RoutePlan
+	removed   map[types.NamespacedName]int
+	status    map[types.NamespacedName]publish.ProgramStatus
+}
+
+func newRecordingPublisher() *recordingPublisher {
+	return &recordingPublisher{
+		published: map[types.NamespacedName]plan.RoutePlan{},
+		removed:   map[types.NamespacedName]int{},
+		status:    map[types.NamespacedName]publish.ProgramStatus{},
+	}
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published[client.ObjectKeyFromObject(owner)] = rp
+	return nil
+}
+
+func (p *recordingPublisher) Remove(_ context.Context, key types.NamespacedName) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.published, key)
+	p.removed[key]++
+	return nil
+}
+
+func (p *recordingPublisher) Status(key types.NamespacedName) publish.ProgramStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status[key]
+}
+
+func (p *recordingPublisher) setStatus(key types.NamespacedName, s publish.ProgramStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status[key] = s
+}
+
+func (p *recordingPublisher) plan(key types.NamespacedName) (plan.RoutePlan, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rp, ok := p.published[key]
+	return rp, ok
+}
+
+func (p *recordingPublisher) removals(key types.NamespacedName) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.removed[key]
+}
+
+// eventually polls cond until it returns nil or the generous timeout passes.
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates everything that is generated and fails when the result differs
+# from what is committed, naming the stale files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+make -s generate manifests >/dev/null
+go mod tidy
+if ! git diff --exit-code --stat -- api config go.mod go.sum; then
+	echo "verify: generated files are stale; run 'make generate manifests' and 'go mod tidy', then commit" >&2
+	git diff -- api config go.mod go.sum | head -50 >&2
+	exit 1
+fi
+untracked=$(git ls-files --others --exclude-standard -- api config)
+if [ -n "$untracked" ]; then
+	echo "verify: generated files are not committed: $untracked" >&2
+	exit 1
+fi
+echo "verify: generated files are up to date"
