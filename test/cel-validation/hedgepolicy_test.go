@@ -28,14 +28,19 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
-var k8s client.Client
+var (
+	k8s     client.Client
+	testEnv *envtest.Environment
+)
 
 func TestMain(m *testing.M) {
 	env, cfg, err := envtestutil.Start()
+	testEnv = env
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
