@@ -78,7 +78,7 @@ func (s *HedgePolicySpec) EffectiveMatch() Match {
 
 // EffectiveEvaluationInterval returns spec.evaluationInterval, defaulted.
 func (s *HedgePolicySpec) EffectiveEvaluationInterval() time.Duration {
-	if s.EvaluationInterval.Duration > 0 {
+	if s.EvaluationInterval != nil && s.EvaluationInterval.Duration > 0 {
 		return s.EvaluationInterval.Duration
 	}
 	return mustParse(DefaultEvaluationInterval)

@@ -42,7 +42,7 @@ const (
 // attempt has not answered after the hedge delay, Envoy sends another attempt to a
 // different endpoint and returns whichever answers first.
 //
-// +kubebuilder:validation:XValidation:rule="self.allowNonIdempotent || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
+// +kubebuilder:validation:XValidation:rule="(has(self.allowNonIdempotent) && self.allowNonIdempotent) || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.auto) || !has(self.delay.auto.staleAfter) || duration(self.delay.auto.staleAfter) >= duration(self.evaluationInterval)",message="staleAfter must not be shorter than evaluationInterval",fieldPath=".delay.auto.staleAfter"
 type HedgePolicySpec struct {
 	// TargetRef names the Service, in the policy's namespace, whose traffic is hedged.
@@ -96,7 +96,7 @@ type HedgePolicySpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="evaluationInterval must be between 5s and 1h"
-	EvaluationInterval metav1.Duration `json:"evaluationInterval,omitempty"`
+	EvaluationInterval *metav1.Duration `json:"evaluationInterval,omitempty"`
 
 	// Publish says how the hedge settings reach Envoy.
 	// +optional

@@ -205,7 +205,11 @@ func (in *HedgePolicySpec) DeepCopyInto(out *HedgePolicySpec) {
 		*out = make([]RetryOn, len(*in))
 		copy(*out, *in)
 	}
-	out.EvaluationInterval = in.EvaluationInterval
+	if in.EvaluationInterval != nil {
+		in, out := &in.EvaluationInterval, &out.EvaluationInterval
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	out.Publish = in.Publish
 }
 
