@@ -124,9 +124,9 @@ func conditionOf(p *tailcutv1alpha1.HedgePolicy, condType string) metav1.Conditi
 
 func TestMissingTargetIsNotAcceptedUntilItAppears(t *testing.T) {
 	ns := newNamespace(t)
-	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
-	key := client.ObjectKeyFromObject(p)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 2, Programmed: 2, Version: "v1"})
+	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonTargetNotFound)
 	if c := conditionOf(got, tailcutv1alpha1.ConditionAccepted); !strings.Contains(c.Message, "Service "+ns+"/checkout not found") {
@@ -196,9 +196,9 @@ func TestMissingPort(t *testing.T) {
 func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
-	p := newPolicy(t, ns, "checkout", nil)
-	key := client.ObjectKeyFromObject(p)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	newPolicy(t, ns, "checkout", nil)
 
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionDelayDerived, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoMetrics)
 	if got.Status.EffectiveDelay != nil || got.Status.DelaySource != tailcutv1alpha1.DelaySourceNone {
@@ -233,9 +233,9 @@ func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 func TestSpecChangeUpdatesGenerationAndDelay(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
-	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
-	key := client.ObjectKeyFromObject(p)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	first := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 	readySince := conditionOf(first, tailcutv1alpha1.ConditionReady).LastTransitionTime
 
