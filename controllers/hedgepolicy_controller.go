@@ -137,16 +137,13 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 
 	var publishErr error
 	pub := r.Publishers[policy.Spec.EffectivePublishTarget()]
-	switch {
-	case pub == nil:
+	if pub == nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent,
 			fmt.Sprintf("no %s publisher runs in this operator", policy.Spec.EffectivePublishTarget()))
-	default:
-		if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
-			r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
-		} else {
-			r.reportProgram(policy, status, now, pub.Status(key))
-		}
+	} else if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
+	} else {
+		r.reportProgram(policy, status, now, pub.Status(key))
 	}
 	r.setReady(policy, status, now)
 	return interval, publishErr

@@ -528,7 +528,3 @@ type HedgePolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []HedgePolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&HedgePolicy{}, &HedgePolicyList{})
-}
