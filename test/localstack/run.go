@@ -1,0 +1,216 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localstack
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// PolicyName is the HedgePolicy the stack applies.
+const PolicyName = "workload"
+
+// ApplyPolicy creates the demo's Auto HedgePolicy: p95 of the unhedged (bypass)
+// traffic, a 5% budget, evaluated every 5 seconds.
+func (s *Stack) ApplyPolicy(ctx context.Context, mutate func(*tailcutv1alpha1.HedgePolicySpec)) (*tailcutv1alpha1.HedgePolicy, error) {
+	p := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: PolicyName},
+		Spec: tailcutv1alpha1.HedgePolicySpec{
+			TargetRef: tailcutv1alpha1.TargetRef{Name: Service, Port: Port},
+			Delay: tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
+				Window:     &metav1.Duration{Duration: 30 * time.Second},
+				StaleAfter: &metav1.Duration{Duration: time.Minute},
+				MinSamples: 200,
+			}},
+			EvaluationInterval: &metav1.Duration{Duration: 5 * time.Second},
+		},
+	}
+	if mutate != nil {
+		mutate(&p.Spec)
+	}
+	return p, s.Client.Create(ctx, p)
+}
+
+// Policy reads the policy.
+func (s *Stack) Policy(ctx context.Context) (*tailcutv1alpha1.HedgePolicy, error) {
+	var p tailcutv1alpha1.HedgePolicy
+	return &p, s.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PolicyName}, &p)
+}
+
+// WaitReady sends warm-up traffic through both routes until the policy shows a
+// delay derived from Prometheus that Envoy acknowledged, reporting progress.
+func (s *Stack) WaitReady(ctx context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.warmup(ctx, rps) })
+	defer wg.Wait()
+	defer cancel()
+	last := ""
+	for {
+		p, err := s.Policy(ctx)
+		if err == nil {
+			derived := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionDelayDerived)
+			ready := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionReady)
+			line := fmt.Sprintf("waiting: DelayDerived=%v Ready=%v delay=%s (%s)", derived, ready, durationOrNone(p.Status.EffectiveDelay), p.Status.DelayReason)
+			if line != last {
+				s.logf("%s", line)
+				last = line
+			}
+			if derived && ready && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the policy was not Ready with a delay from Prometheus within %s; last status: %s; logs in %s", timeout, last, s.dir("logs"))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func durationOrNone(d *metav1.Duration) string {
+	if d == nil {
+		return "none"
+	}
+	return d.Duration.String()
+}
+
+// warmup sends rps requests per second, half of them on the bypass route, until
+// ctx ends, so Prometheus has latency samples before the measured run.
+func (s *Stack) warmup(ctx context.Context, rps int) {
+	tick := time.NewTicker(time.Second / time.Duration(rps))
+	defer tick.Stop()
+	url := "http://" + addr(s.opts.Ports.Listener) + "/"
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		go func(bypass bool) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			req.Host = Host()
+			if bypass {
+				req.Header.Set("x-tailcut-bypass", "1")
+			}
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}(i%2 == 0)
+	}
+}
+
+// Host is the Host header that names the Service.
+func Host() string { return Service + "." + Namespace }
+
+// K6Options configure the A/B run.
+type K6Options struct {
+	Rate        int
+	Duration    string
+	MaxP99Ratio float64
+	PostRate    int
+}
+
+// RunK6 runs test/k6/hedge-ab.js against Envoy and returns its JSON summary.
+func (s *Stack) RunK6(ctx context.Context, o K6Options, stdout io.Writer) (map[string]any, error) {
+	var metrics []string
+	for _, port := range s.opts.Ports.Workloads {
+		metrics = append(metrics, "http://"+addr(port)+"/metrics")
+	}
+	summaryPath := s.dir("k6-summary.json")
+	cmd := exec.CommandContext(ctx, s.bins["k6"], "run", "--quiet", "--no-usage-report",
+		filepath.Join(envtestutil.RepoRoot(), "test", "k6", "hedge-ab.js"))
+	cmd.Env = append(os.Environ(),
+		"TARGET_URL=http://"+addr(s.opts.Ports.Listener), "HOST="+Host(),
+		fmt.Sprintf("RATE=%d", o.Rate), "DURATION="+o.Duration, fmt.Sprintf("MAX_P99_RATIO=%g", o.MaxP99Ratio),
+		fmt.Sprintf("POST_RATE=%d", o.PostRate), "WORKLOAD_METRICS="+strings.Join(metrics, ","),
+		"SCENARIO="+s.opts.Scenario.Name, "SUMMARY_PATH="+summaryPath, "K6_NO_USAGE_REPORT=true")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting k6: %w", err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if line := sc.Text(); !strings.HasPrefix(line, "TAILCUT_SUMMARY_JSON ") && stdout != nil {
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	runErr := cmd.Wait()
+	b, err := os.ReadFile(summaryPath)
+	if err != nil {
+		return nil, fmt.Errorf("k6 wrote no summary (%v): %w", runErr, err)
+	}
+	var summary map[string]any
+	if err := json.Unmarshal(b, &summary); err != nil {
+		return nil, fmt.Errorf("k6 summary: %w", err)
+	}
+	// k6 exits non-zero when a threshold (errors, dropped iterations) failed; the
+	// summary still holds the figures, and the verdict says why.
+	summary["k6_exit_error"] = errString(runErr)
+	return summary, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Get returns the JSON value at a dotted path, or nil.
+func Get(m map[string]any, path string) any {
+	var cur any = m
+	for _, k := range strings.Split(path, ".") {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[k]
+	}
+	return cur
+}
+
+// Float returns the number at a dotted path, or -1.
+func Float(m map[string]any, path string) float64 {
+	if f, ok := Get(m, path).(float64); ok {
+		return f
+	}
+	return -1
+}

@@ -1,0 +1,73 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localstack
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Scenario is a workload model across the three replicas, and what the run
+// expects of hedging under it.
+type Scenario struct {
+	Name string
+	// Description is one line for the report.
+	Description string
+	// Config returns the workload configuration (as JSON fields) of replica i.
+	config func(i int) map[string]any
+	// HedgingHelps is false where hedging cannot win and must back off
+	// (saturation).
+	HedgingHelps bool
+}
+
+// ReplicaConfig is replica i's WORKLOAD_CONFIG.
+func (s Scenario) ReplicaConfig(i int) map[string]any { return s.config(i) }
+
+func same(cfg map[string]any) func(int) map[string]any {
+	return func(int) map[string]any { return cfg }
+}
+
+// Scenarios are the standard runs of make demo and make bench-tail.
+var Scenarios = map[string]Scenario{
+	"bimodal": {Name: "bimodal", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower",
+		config: same(map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.05, "slowExtra": "100ms"})},
+	"bimodal3": {Name: "bimodal3", HedgingHelps: true, Description: "15ms, 3% of requests 100ms slower",
+		config: same(map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.03, "slowExtra": "100ms"})},
+	"lognormal": {Name: "lognormal", HedgingHelps: true, Description: "lognormal, median 20ms, sigma 0.5",
+		config: same(map[string]any{"model": "lognormal", "median": "20ms", "sigma": 0.5})},
+	"stall": {Name: "stall", HedgingHelps: true, Description: "each replica pauses 150ms every 5s",
+		config: same(map[string]any{"model": "stall", "base": "15ms", "stallEvery": "5s", "stallFor": "150ms"})},
+	"badhost": {Name: "badhost", HedgingHelps: true, Description: "one replica always 100ms slower",
+		config: func(i int) map[string]any {
+			return map[string]any{"model": "badhost", "base": "15ms", "slowExtra": "100ms", "badHost": i == 0}
+		}},
+	"saturation": {Name: "saturation", HedgingHelps: false, Description: "each replica serves 2 requests at once, 15ms each; the rest queue",
+		config: same(map[string]any{"model": "saturation", "base": "15ms", "concurrency": 2})},
+}
+
+// LookupScenario returns the named scenario or an error listing the known ones.
+func LookupScenario(name string) (Scenario, error) {
+	if s, ok := Scenarios[name]; ok {
+		return s, nil
+	}
+	names := make([]string, 0, len(Scenarios))
+	for n := range Scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return Scenario{}, fmt.Errorf("unknown scenario %q; choose one of %v", name, names)
+}

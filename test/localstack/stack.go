@@ -1,0 +1,315 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package localstack runs tailcut's whole data path on one machine: a real etcd and
+// kube-apiserver (envtest), the operator binary, three workload replicas behind a
+// Service, a real Envoy bootstrapped from the operator, a real Prometheus scraping
+// all of them, and k6. `make demo` and `make test-e2e` drive it.
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// Namespace and Service the stack creates for the workload.
+const (
+	Namespace = "demo"
+	Service   = "workload"
+	Port      = 80
+)
+
+// Ports are the loopback ports the stack listens on.
+type Ports struct {
+	Listener, Admin, XDS, Prometheus, Metrics, Probe int
+	Workloads                                        [3]int
+}
+
+// DefaultPorts start at 19000.
+func DefaultPorts() Ports {
+	return Ports{Listener: 19000, Admin: 19001, XDS: 19002, Prometheus: 19090, Metrics: 19080, Probe: 19081, Workloads: [3]int{19101, 19102, 19103}}
+}
+
+// Options configure a stack.
+type Options struct {
+	Dir      string // working directory: logs, configs, Prometheus data
+	Ports    Ports
+	Scenario Scenario
+	Log      func(format string, args ...any)
+}
+
+// Stack is a running local stack.
+type Stack struct {
+	opts   Options
+	env    *envtest.Environment
+	Client client.Client
+	procs  []*proc
+	bins   map[string]string
+}
+
+// ToolEnv names the environment variables that carry the pinned tools' paths; the
+// Makefile sets them from hack/tools.sh.
+var ToolEnv = []string{"KUBEBUILDER_ASSETS", "ENVOY_BIN", "PROMETHEUS_BIN", "K6_BIN"}
+
+// Start brings the stack up. On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	s := &Stack{opts: opts, bins: map[string]string{}}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	for _, v := range ToolEnv {
+		if os.Getenv(v) == "" {
+			return nil, fmt.Errorf("%s is not set: run through `make demo` or `make test-e2e`, which install the pinned tools", v)
+		}
+	}
+	p := opts.Ports
+	for what, port := range map[string]int{"Envoy listener": p.Listener, "Envoy admin": p.Admin, "xDS": p.XDS, "Prometheus": p.Prometheus,
+		"operator metrics": p.Metrics, "operator probes": p.Probe, "workload 0": p.Workloads[0], "workload 1": p.Workloads[1], "workload 2": p.Workloads[2]} {
+		if err := checkPortFree(what, addr(port)); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"logs", "bin", "prometheus"} {
+		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.buildBinaries(ctx); err != nil {
+		return nil, err
+	}
+
+	s.logf("starting etcd and kube-apiserver")
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		return nil, err
+	}
+	s.env = env
+	if s.Client, err = client.New(cfg, client.Options{Scheme: envtestutil.Scheme()}); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := s.writeKubeconfig()
+	if err != nil {
+		return nil, err
+	}
+
+	if err := s.startWorkloads(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.createService(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startPrometheus(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startOperator(ctx, kubeconfig); err != nil {
+		return nil, err
+	}
+	if err := s.startEnvoy(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) logf(format string, args ...any) {
+	if s.opts.Log != nil {
+		s.opts.Log(format, args...)
+	}
+}
+
+func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+func (s *Stack) dir(parts ...string) string {
+	return filepath.Join(append([]string{s.opts.Dir}, parts...)...)
+}
+
+func (s *Stack) buildBinaries(ctx context.Context) error {
+	s.logf("building the operator and the workload")
+	for name, pkg := range map[string]string{"tailcut": ".", "workload": "./test/workload"} {
+		out := s.dir("bin", name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		cmd.Dir = envtestutil.RepoRoot()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		}
+		s.bins[name] = out
+	}
+	s.bins["envoy"], s.bins["prometheus"], s.bins["k6"] = os.Getenv("ENVOY_BIN"), os.Getenv("PROMETHEUS_BIN"), os.Getenv("K6_BIN")
+	return nil
+}
+
+func (s *Stack) writeKubeconfig() (string, error) {
+	user, err := s.env.AddUser(envtest.User{Name: "tailcut-demo", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := s.dir("kubeconfig")
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+func (s *Stack) startWorkloads(ctx context.Context) error {
+	s.logf("starting 3 workload replicas (%s)", s.opts.Scenario.Name)
+	for i, port := range s.opts.Ports.Workloads {
+		cfg, err := json.Marshal(s.opts.Scenario.ReplicaConfig(i))
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("workload-%d", i)
+		p, err := startProc(name, s.dir("logs"), []string{"WORKLOAD_CONFIG=" + string(cfg)},
+			s.bins["workload"], "--listen", addr(port), "--replica", name)
+		if err != nil {
+			return err
+		}
+		s.procs = append(s.procs, p)
+		if err := waitHTTP(ctx, p, "http://"+addr(port)+"/healthz", 20*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createService creates the Service and one EndpointSlice per replica: the
+// replicas share 127.0.0.1 and differ by port, and an EndpointSlice has one port
+// list for all its endpoints.
+func (s *Stack) createService(ctx context.Context) error {
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: Service},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: Port}}},
+		},
+	}
+	for i, port := range s.opts.Ports.Workloads {
+		objs = append(objs, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("%s-%d", Service, i), Labels: map[string]string{discoveryv1.LabelServiceName: Service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port))}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		})
+	}
+	for _, o := range objs {
+		if err := s.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func (s *Stack) startPrometheus(ctx context.Context) error {
+	s.logf("starting Prometheus on %s", addr(s.opts.Ports.Prometheus))
+	p := s.opts.Ports
+	targets := func(ports ...int) string {
+		out := ""
+		for i, port := range ports {
+			if i > 0 {
+				out += ", "
+			}
+			out += strconv.Quote(addr(port))
+		}
+		return out
+	}
+	cfg := fmt.Sprintf(`global: {scrape_interval: 2s, evaluation_interval: 2s}
+scrape_configs:
+- job_name: envoy
+  metrics_path: /stats/prometheus
+  static_configs: [{targets: [%s]}]
+- job_name: workload
+  static_configs: [{targets: [%s], labels: {namespace: %s}}]
+- job_name: tailcut
+  static_configs: [{targets: [%s]}]
+`, targets(p.Admin), targets(p.Workloads[:]...), Namespace, targets(p.Metrics))
+	path := s.dir("prometheus.yml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	proc, err := startProc("prometheus", s.dir("logs"), nil, s.bins["prometheus"],
+		"--config.file="+path, "--storage.tsdb.path="+s.dir("prometheus"), "--web.listen-address="+addr(p.Prometheus),
+		"--storage.tsdb.retention.time=1d")
+	if err != nil {
+		return err
+	}
+	s.procs = append(s.procs, proc)
+	return waitHTTP(ctx, proc, "http://"+addr(p.Prometheus)+"/-/ready", 60*time.Second)
+}
+
+func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
+	p := s.opts.Ports
+	s.logf("starting the tailcut operator (xDS on %s)", addr(p.XDS))
+	proc, err := startProc("tailcut", s.dir("logs"), []string{"KUBECONFIG=" + kubeconfig}, s.bins["tailcut"],
+		"--metrics-bind-address="+addr(p.Metrics), "--health-probe-bind-address="+addr(p.Probe),
+		"--xds-address="+addr(p.XDS), "--prometheus-url=http://"+addr(p.Prometheus))
+	if err != nil {
+		return err
+	}
+	s.procs = append(s.procs, proc)
+	return waitHTTP(ctx, proc, "http://"+addr(p.Probe)+"/readyz", 60*time.Second)
+}
+
+func (s *Stack) startEnvoy(ctx context.Context) error {
+	p := s.opts.Ports
+	s.logf("starting Envoy (listener %s, admin %s)", addr(p.Listener), addr(p.Admin))
+	bootstrap, err := exec.CommandContext(ctx, s.bins["tailcut"], "bootstrap", "--xds-address="+addr(p.XDS),
+		"--node-id=demo-envoy", "--admin-port="+strconv.Itoa(p.Admin), "--listener-port="+strconv.Itoa(p.Listener),
+		"--listener-address=127.0.0.1").Output()
+	if err != nil {
+		return fmt.Errorf("tailcut bootstrap: %w", err)
+	}
+	path := s.dir("envoy.yaml")
+	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
+		return err
+	}
+	proc, err := startProc("envoy", s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
+		"--base-id", strconv.Itoa(p.Admin), "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	s.procs = append(s.procs, proc)
+	return waitHTTP(ctx, proc, "http://"+addr(p.Admin)+"/ready", 60*time.Second)
+}
+
+// Stop stops every process in reverse start order, then the API server.
+func (s *Stack) Stop() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		s.procs[i].stop(10 * time.Second)
+	}
+	s.procs = nil
+	if s.env != nil {
+		if err := s.env.Stop(); err != nil {
+			s.logf("stopping the API server: %v", err)
+		}
+		s.env = nil
+	}
+}
