@@ -51,11 +51,31 @@ verify: ## Fail when generated files (CRD, RBAC, deepcopy) or go.mod are stale.
 
 ##@ Test
 
+# Every test and the demo run the real binaries: kube-apiserver and etcd
+# (KUBEBUILDER_ASSETS), Envoy, Prometheus and k6, all pinned in hack/tools.sh.
+TOOL_ENV = eval "$$($(TOOLS) env)"; \
+	export ENVOY_BIN=$$($(TOOLS) envoy) PROMETHEUS_BIN=$$($(TOOLS) prometheus) K6_BIN=$$($(TOOLS) k6)
+
 .PHONY: test
-test: ## Run every test: unit, CEL rules and reconciler against a real kube-apiserver and etcd.
-	@eval "$$($(TOOLS) env)"; \
-	echo "KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
-	$(GO) test ./... -count=1 -timeout 20m
+test: test-unit test-e2e ## Run every test: unit, real API server, real Envoy and Prometheus, and the local-stack e2e.
+
+.PHONY: test-unit
+test-unit: ## Unit tests plus the CEL, reconciler, xDS-with-Envoy and estimator-with-Prometheus tests.
+	@$(TOOL_ENV); $(GO) test ./... -count=1 -timeout 25m
+
+.PHONY: test-e2e
+test-e2e: ## The local stack end to end: k6 A/B through Envoy, bimodal and saturation scenarios.
+	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
+
+##@ Demo
+
+DURATION ?= 60s
+SCENARIO ?= bimodal
+RATE ?= 150
+
+.PHONY: demo
+demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal RATE=150).
+	@$(TOOL_ENV); $(GO) run ./test/localstack/demo -duration=$(DURATION) -scenario=$(SCENARIO) -rate=$(RATE)
 
 .PHONY: install-tools
 install-tools: ## Install every pinned tool into the cache.

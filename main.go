@@ -14,14 +14,17 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command tailcut runs the tailcut operator: the HedgePolicy controller and, in
-// later stages, the xDS server that serves hedge settings to Envoy.
+// Command tailcut runs the tailcut operator: the HedgePolicy controller, the
+// Prometheus delay estimator and the xDS server that serves hedge settings to
+// Envoy. `tailcut bootstrap` prints an Envoy bootstrap that points at it.
 package main
 
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -36,6 +39,7 @@ import (
 	"github.com/tailcut/tailcut/controllers"
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/xds"
 )
 
 var scheme = runtime.NewScheme()
@@ -46,15 +50,33 @@ func init() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bootstrap" {
+		if err := xds.BootstrapCommand(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "tailcut bootstrap:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	var (
 		metricsAddr, probeAddr string
 		leaderElect            bool
 		leaderElectionNS       string
+		xdsAddr, promURL       string
+		listenerAddr           string
+		listenerPort           int
+		hostsFile              string
+		promTimeout            time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to. Use 0 to disable it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles and writes status.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	flag.StringVar(&xdsAddr, "xds-address", xds.DefaultXDSAddress, "Address the xDS (ADS gRPC) server listens on. Empty disables the XDS publisher.")
+	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
+	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
+	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
+	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
+	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -78,12 +100,49 @@ func main() {
 		os.Exit(1)
 	}
 
-	if err := (&controllers.HedgePolicyReconciler{
-		Client:     mgr.GetClient(),
-		Recorder:   mgr.GetEventRecorder("tailcut"),
-		Estimator:  estimate.StaticOnly{},
-		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
-	}).SetupWithManager(mgr); err != nil {
+	var estimator estimate.Estimator = estimate.StaticOnly{}
+	if promURL != "" {
+		p, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: promURL, Timeout: promTimeout})
+		if err != nil {
+			log.Error(err, "invalid --prometheus-url")
+			os.Exit(1)
+		}
+		estimator = p
+	}
+	aliases, err := controllers.ReadHostsFile(hostsFile)
+	if err != nil {
+		log.Error(err, "invalid --hosts-file")
+		os.Exit(1)
+	}
+	reconciler := &controllers.HedgePolicyReconciler{
+		HostAliases: aliases,
+		Client:      mgr.GetClient(),
+		Recorder:    mgr.GetEventRecorder("tailcut"),
+		Estimator:   estimator,
+		Publishers:  map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
+	}
+	if xdsAddr != "" {
+		srv := xds.NewServer(xds.ServerOptions{
+			Address:   xdsAddr,
+			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort)},
+			Logger:    ctrl.Log.WithName("xds"),
+		})
+		if _, err := srv.Listen(); err != nil {
+			log.Error(err, "unable to listen for xDS", "address", xdsAddr)
+			os.Exit(1)
+		}
+		if err := mgr.Add(srv); err != nil {
+			log.Error(err, "unable to add the xDS server")
+			os.Exit(1)
+		}
+		if err := mgr.Add(srv.InitialSync(mgr)); err != nil {
+			log.Error(err, "unable to add the xDS initial sync")
+			os.Exit(1)
+		}
+		reconciler.Publishers[tailcutv1alpha1.PublishXDS] = srv
+		reconciler.Notifications = srv.Events()
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)
 	}

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,10 +38,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
@@ -60,7 +63,14 @@ type HedgePolicyReconciler struct {
 	// Publishers holds one publisher per spec.publish.target. A target with no
 	// publisher is reported as Programmed=False, never silently ignored.
 	Publishers map[tailcutv1alpha1.PublishTarget]publish.Publisher
-	Clock      clock.PassiveClock
+	// Notifications, when set, names policies to re-evaluate because a proxy
+	// connected, acknowledged or rejected their configuration.
+	Notifications <-chan event.GenericEvent
+	// HostAliases resolves FQDN EndpointSlice addresses before DNS, like a hosts
+	// file. Local stacks need it: the API server refuses loopback IPs in
+	// EndpointSlices, so their slices name hosts that map to 127.0.0.1 here.
+	HostAliases map[string][]string
+	Clock       clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies,verbs=get;list;watch
@@ -77,6 +87,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// The policy is gone: withdraw it everywhere. Publishers keep no state
 			// outside this process except Istio EnvoyFilters, which carry an owner
 			// reference and are garbage collected, so no finalizer is needed.
+			estimate.ForgetPolicy(req.Namespace, req.Name)
 			return ctrl.Result{}, r.removeEverywhere(ctx, req.NamespacedName, "")
 		}
 		return ctrl.Result{}, err
@@ -194,11 +205,38 @@ func (r *HedgePolicyReconciler) endpointsFor(ctx context.Context, policy *tailcu
 				continue
 			}
 			for _, addr := range e.Addresses {
-				out = append(out, plan.Endpoint{Address: addr, Port: *port})
+				for _, ip := range r.endpointIPs(ctx, s.AddressType, addr) {
+					out = append(out, plan.Endpoint{Address: ip, Port: *port})
+				}
 			}
 		}
 	}
 	return out, nil
+}
+
+// endpointIPs returns the IPs of one EndpointSlice address. Envoy's EDS takes IPs
+// only, so FQDN addresses are resolved here: first in HostAliases, then by DNS
+// (IPv4, bounded by a timeout). An FQDN that does not resolve contributes no
+// endpoint rather than failing the policy.
+func (r *HedgePolicyReconciler) endpointIPs(ctx context.Context, t discoveryv1.AddressType, addr string) []string {
+	if t != discoveryv1.AddressTypeFQDN {
+		return []string{addr}
+	}
+	if ips, ok := r.HostAliases[addr]; ok {
+		return ips
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip4", addr)
+	if err != nil {
+		logf.FromContext(ctx).Info("FQDN endpoint does not resolve; skipping it", "address", addr, "error", err.Error())
+		return nil
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
 }
 
 func planInput(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoints []plan.Endpoint) plan.Input {
@@ -378,12 +416,14 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name} }); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&tailcutv1alpha1.HedgePolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice)).
-		Named("hedgepolicy").
-		Complete(r)
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
+	if r.Notifications != nil {
+		b = b.WatchesRawSource(source.Channel(r.Notifications, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Named("hedgepolicy").Complete(r)
 }
 
 func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {

@@ -59,3 +59,41 @@ const (
 // ReasonNotAccepted marks Programmed and DelayDerived while the policy is not
 // accepted: nothing is evaluated or published for it.
 const ReasonNotAccepted = "NotAccepted"
+
+// DelayDerived reasons set by the Prometheus estimator. Each names one case in
+// which no trustworthy delay could be read (the delay then stays at the last good
+// value while it is younger than staleAfter, else the fallback applies), or one
+// guard that moved the delay away from the plain quantile.
+const (
+	// ReasonNoData: a query returned no series (the metric is absent or has no
+	// traffic in the window).
+	ReasonNoData = "NoData"
+	// ReasonQuantileNaN: the quantile is NaN (no requests in the window).
+	ReasonQuantileNaN = "QuantileNaN"
+	// ReasonMultipleSeries: a query that must return one series returned several.
+	ReasonMultipleSeries = "MultipleSeries"
+	// ReasonQuantileInfinite: the quantile is +Inf (it lies in the +Inf bucket).
+	ReasonQuantileInfinite = "QuantileInfinite"
+	// ReasonQuantileNegative: the quantile is negative.
+	ReasonQuantileNegative = "QuantileNegative"
+	// ReasonQuantileAbsurd: the quantile is larger than 60s or ten times max.
+	ReasonQuantileAbsurd = "QuantileAbsurd"
+	// ReasonTooFewSamples: fewer than minSamples requests in the window.
+	ReasonTooFewSamples = "TooFewSamples"
+	// ReasonQueryTimeout: a query did not answer within the per-query timeout.
+	ReasonQueryTimeout = "QueryTimeout"
+	// ReasonPrometheusHTTPError: Prometheus answered with an HTTP error status.
+	ReasonPrometheusHTTPError = "PrometheusHTTPError"
+	// ReasonBadResponse: Prometheus answered with a body that is not a valid
+	// query result.
+	ReasonBadResponse = "BadResponse"
+	// ReasonQueryFailed: any other query failure (connection refused, query
+	// rejected by the server).
+	ReasonQueryFailed = "QueryFailed"
+	// ReasonBudgetExceeded: the measured hedge rate is above the budget, so the
+	// delay was raised, or hedging paused when the delay is already at max.
+	ReasonBudgetExceeded = "BudgetExceeded"
+	// ReasonHedgingHurts: the unhedged latency rose while hedges were being sent
+	// (shared slowness such as saturation), so hedging is paused for a while.
+	ReasonHedgingHurts = "HedgingHurts"
+)

@@ -29,8 +29,13 @@ import (
 
 // Result is the estimator's decision for one policy at one evaluation.
 type Result struct {
-	// Delay is the hedge delay to program. Zero means hedging is off.
+	// Delay is the hedge delay to program. Zero means hedging is off; otherwise
+	// it is within spec.delay.auto min and max for Auto policies.
 	Delay time.Duration
+	// Target is the delay the latest readings ask for, clamped, before the
+	// deadband, the step limit and the one-change-per-interval rule; it differs
+	// from Delay while the delay is moving. Zero when nothing was derived.
+	Target time.Duration
 	// Source says where Delay came from.
 	Source tailcutv1alpha1.DelaySource
 	// Reason is a one-line, human explanation, copied to status.delayReason.
@@ -41,6 +46,9 @@ type Result struct {
 	// DerivedReason is the DelayDerived condition's reason.
 	DerivedReason string
 	// Quantile and HedgeRate are the readings behind the decision, when any.
+	// Quantile is set only for a trusted reading, so status.quantile.sampledAt
+	// is when the last good one was taken: the Prometheus estimator judges
+	// staleAfter by it.
 	Quantile  *tailcutv1alpha1.QuantileObservation
 	HedgeRate *tailcutv1alpha1.HedgeRateObservation
 }
@@ -61,10 +69,14 @@ type StaticOnly struct{}
 // Estimate implements Estimator.
 func (StaticOnly) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolicy, _ time.Time) (Result, error) {
 	spec := &policy.Spec
+	var res Result
 	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
-		return Static(spec), nil
+		res = Static(spec)
+	} else {
+		res = Fallback(spec, tailcutv1alpha1.ReasonNoMetrics, "no Prometheus address is configured (--prometheus-url)")
 	}
-	return Fallback(spec, tailcutv1alpha1.ReasonNoMetrics, "no Prometheus address is configured (--prometheus-url)"), nil
+	record(policy, res, "")
+	return res, nil
 }
 
 // Static is the result for a Static policy.
@@ -80,14 +92,19 @@ func Static(spec *tailcutv1alpha1.HedgePolicySpec) Result {
 }
 
 // Fallback is the result when no trustworthy delay can be derived and the last
-// good one is stale or absent: the policy's fallback delay, or hedging off.
+// good one is stale or absent: the policy's fallback delay, kept within auto
+// min and max, or hedging off.
 func Fallback(spec *tailcutv1alpha1.HedgePolicySpec, reason, why string) Result {
-	fb := spec.EffectiveAuto().Fallback
+	auto := spec.EffectiveAuto()
+	fb := auto.Fallback
 	r := Result{Derived: false, DerivedReason: reason}
-	if fb.Action == tailcutv1alpha1.FallbackStatic && fb.Delay != nil {
-		r.Delay = fb.Delay.Duration
+	if fb.Action == tailcutv1alpha1.FallbackStatic && fb.Delay != nil && fb.Delay.Duration > 0 {
+		r.Delay = clamp(fb.Delay.Duration, &auto)
 		r.Source = tailcutv1alpha1.DelaySourceFallback
 		r.Reason = fmt.Sprintf("fallback delay %s: %s", r.Delay, why)
+		if r.Delay != fb.Delay.Duration {
+			r.Reason = fmt.Sprintf("fallback delay %s (%s clamped to min/max): %s", r.Delay, fb.Delay.Duration, why)
+		}
 		return r
 	}
 	r.Source = tailcutv1alpha1.DelaySourceNone

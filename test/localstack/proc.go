@@ -34,7 +34,8 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
-	done chan error
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit error, valid once done is closed
 }
 
 func startProc(name, logDir string, env []string, bin string, args ...string) (*proc, error) {
@@ -50,13 +51,14 @@ func startProc(name, logDir string, env []string, bin string, args ...string) (*
 	// shutdown first and every process is then stopped in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan error, 1)}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
-		p.done <- cmd.Wait()
-		f.Close()
+		p.err = cmd.Wait()
+		_ = f.Close()
+		close(p.done)
 	}()
 	return p, nil
 }
@@ -64,9 +66,8 @@ func startProc(name, logDir string, env []string, bin string, args ...string) (*
 // exited reports whether the process has ended, with its error.
 func (p *proc) exited() (bool, error) {
 	select {
-	case err := <-p.done:
-		p.done <- err
-		return true, err
+	case <-p.done:
+		return true, p.err
 	default:
 		return false, nil
 	}
@@ -117,7 +118,7 @@ func waitHTTP(ctx context.Context, p *proc, url string, timeout time.Duration) e
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

@@ -103,7 +103,7 @@ func NewReport(summary map[string]any, policy *tailcutv1alpha1.HedgePolicy) (Rep
 		r.Reasons = []string{}
 	}
 	if d := policy.Status.EffectiveDelay; d != nil {
-		r.DelayMS = float64(d.Duration.Microseconds()) / 1000
+		r.DelayMS = float64(d.Microseconds()) / 1000
 	}
 	return r, nil
 }

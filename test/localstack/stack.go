@@ -202,8 +202,10 @@ func (s *Stack) startWorkloads(ctx context.Context) error {
 }
 
 // createService creates the Service and one EndpointSlice per replica: the
-// replicas share 127.0.0.1 and differ by port, and an EndpointSlice has one port
-// list for all its endpoints.
+// replicas share the loopback address and differ by port, and an EndpointSlice
+// has one port list for all its endpoints. The API server refuses loopback IPs
+// in EndpointSlices, so each slice names a host (addressType FQDN) that the
+// operator's --hosts-file maps to 127.0.0.1.
 func (s *Stack) createService(ctx context.Context) error {
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
@@ -215,9 +217,9 @@ func (s *Stack) createService(ctx context.Context) error {
 	for i, port := range s.opts.Ports.Workloads {
 		objs = append(objs, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("%s-%d", Service, i), Labels: map[string]string{discoveryv1.LabelServiceName: Service}},
-			AddressType: discoveryv1.AddressTypeIPv4,
+			AddressType: discoveryv1.AddressTypeFQDN,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port))}},
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{replicaHost(i)}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		})
 	}
 	for _, o := range objs {
@@ -227,6 +229,8 @@ func (s *Stack) createService(ctx context.Context) error {
 	}
 	return nil
 }
+
+func replicaHost(i int) string { return fmt.Sprintf("workload-%d.tailcut.local", i) }
 
 func (s *Stack) startPrometheus(ctx context.Context) error {
 	s.logf("starting Prometheus on %s", addr(s.opts.Ports.Prometheus))
@@ -268,9 +272,18 @@ scrape_configs:
 func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 	p := s.opts.Ports
 	s.logf("starting the tailcut operator (xDS on %s)", addr(p.XDS))
+	hosts := ""
+	for i := range p.Workloads {
+		hosts += "127.0.0.1 " + replicaHost(i) + "\n"
+	}
+	if err := os.WriteFile(s.dir("hosts"), []byte(hosts), 0o644); err != nil {
+		return err
+	}
 	proc, err := startProc("tailcut", s.dir("logs"), []string{"KUBECONFIG=" + kubeconfig}, s.bins["tailcut"],
+		"--hosts-file="+s.dir("hosts"),
 		"--metrics-bind-address="+addr(p.Metrics), "--health-probe-bind-address="+addr(p.Probe),
-		"--xds-address="+addr(p.XDS), "--prometheus-url=http://"+addr(p.Prometheus))
+		"--xds-address="+addr(p.XDS), "--prometheus-url=http://"+addr(p.Prometheus),
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(p.Listener))
 	if err != nil {
 		return err
 	}
@@ -282,8 +295,7 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 	p := s.opts.Ports
 	s.logf("starting Envoy (listener %s, admin %s)", addr(p.Listener), addr(p.Admin))
 	bootstrap, err := exec.CommandContext(ctx, s.bins["tailcut"], "bootstrap", "--xds-address="+addr(p.XDS),
-		"--node-id=demo-envoy", "--admin-port="+strconv.Itoa(p.Admin), "--listener-port="+strconv.Itoa(p.Listener),
-		"--listener-address=127.0.0.1").Output()
+		"--node-id=demo-envoy", "--admin-port="+strconv.Itoa(p.Admin), "--listener-port="+strconv.Itoa(p.Listener)).Output()
 	if err != nil {
 		return fmt.Errorf("tailcut bootstrap: %w", err)
 	}

@@ -1,0 +1,263 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package estimate
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+)
+
+// ClusterNames returns the Envoy cluster names of a target port: the hedged
+// cluster, and the bypass cluster that carries the same traffic unhedged (the
+// bypass header and the probe fraction). The estimator reads Envoy's stats by
+// these names, so they must stay identical to controllers/xds ClusterName and
+// BypassClusterName.
+func ClusterNames(namespace, service string, port int32) (hedged, bypass string) {
+	hedged = fmt.Sprintf("tailcut_%s_%s_%d", namespace, service, port)
+	return hedged, hedged + "_bypass"
+}
+
+// Envoy's label for the cluster name in its Prometheus output.
+const envoyClusterLabel = "envoy_cluster_name"
+
+// InvalidQueryError says a policy's query cannot be built: its template does not
+// parse or render, or the rendered PromQL does not parse. The controller reports
+// it as Accepted=False with reason InvalidQuery; it is not a metrics outage.
+type InvalidQueryError struct {
+	// Source is the policy's estimate source.
+	Source tailcutv1alpha1.EstimateSource
+	// Problem names what is wrong, for example "the template does not render".
+	Problem string
+	// Query is the template or the rendered query the problem was found in.
+	Query string
+	// Err is the underlying template or parser error.
+	Err error
+}
+
+func (e *InvalidQueryError) Error() string {
+	q := e.Query
+	if len(q) > 200 {
+		q = q[:197] + "..."
+	}
+	if e.Err == nil {
+		return fmt.Sprintf("%s query: %s (query %q)", e.Source, e.Problem, q)
+	}
+	return fmt.Sprintf("%s query: %s: %v (query %q)", e.Source, e.Problem, e.Err, q)
+}
+
+func (e *InvalidQueryError) Unwrap() error { return e.Err }
+
+// querySet is every PromQL query one evaluation may send for a policy. Empty
+// strings are queries the source does not have.
+type querySet struct {
+	// quantile is the configured quantile in seconds: histogram_quantile over
+	// the uncensored histogram, or the user's Custom query.
+	quantile string
+	// buckets is the per-bucket increase over the window, summed over
+	// instances, one series per le. Its bounds times boundScale are seconds.
+	buckets string
+	// prevBuckets is buckets for the window before the current one.
+	prevBuckets string
+	// count is the number of requests in the window.
+	count string
+	// retries and attempts are the hedged cluster's upstream_rq_retry and
+	// upstream_rq_total increases over the window.
+	retries  string
+	attempts string
+	// boundScale converts bucket bounds (le) to seconds.
+	boundScale float64
+}
+
+// Built-in query templates. Selector and HedgedSelector are complete label
+// matchers ({a="b",...}); ToSeconds is " / 1000" for millisecond histograms.
+var (
+	tmplQuantile = `histogram_quantile({{.Quantile}}, sum by (le) (rate({{.Metric}}_bucket{{.Selector}}[{{.Window}}]))){{.ToSeconds}}`
+	tmplBuckets  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}]))`
+	tmplPrev     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}] offset {{.Window}}))`
+	tmplCount    = `sum(increase({{.Metric}}_count{{.Selector}}[{{.Window}}]))`
+	tmplRetries  = `sum(increase(envoy_cluster_upstream_rq_retry{{.HedgedSelector}}[{{.Window}}]))`
+	tmplAttempts = `sum(increase(envoy_cluster_upstream_rq_total{{.HedgedSelector}}[{{.Window}}]))`
+)
+
+// envoyLatencyMetric is Envoy's per-cluster upstream latency histogram, in ms.
+const envoyLatencyMetric = "envoy_cluster_upstream_rq_time"
+
+// promQLParser parses every rendered query before it is sent.
+var promQLParser = parser.NewParser(parser.Options{})
+
+// buildQueries renders and parses the queries for a policy.
+func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay) (querySet, error) {
+	ns, svc, port := policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port
+	hedged, bypass := ClusterNames(ns, svc, port)
+	window := promDuration(auto.Window.Duration)
+	quantile := strconv.FormatFloat(auto.Quantile, 'g', -1, 64)
+
+	data := map[string]any{
+		"Namespace":      ns,
+		"Service":        svc,
+		"Port":           port,
+		"Quantile":       quantile,
+		"Window":         window,
+		"HedgedSelector": selector([][2]string{{envoyClusterLabel, hedged}}),
+	}
+	var qs querySet
+	switch auto.Source {
+	case tailcutv1alpha1.EstimateSourceEnvoy:
+		data["Metric"] = envoyLatencyMetric
+		data["Selector"] = selector([][2]string{{envoyClusterLabel, bypass}})
+		data["ToSeconds"] = " / 1000"
+		qs.boundScale = 1e-3
+	case tailcutv1alpha1.EstimateSourceWorkload:
+		metric := tailcutv1alpha1.DefaultWorkloadMetric
+		var labels map[string]string
+		if auto.Workload != nil {
+			if auto.Workload.Metric != "" {
+				metric = auto.Workload.Metric
+			}
+			labels = auto.Workload.Labels
+		}
+		pairs := [][2]string{{"namespace", ns}}
+		for _, k := range slices.Sorted(maps.Keys(labels)) {
+			pairs = append(pairs, [2]string{k, labels[k]})
+		}
+		data["Metric"] = metric
+		data["Selector"] = selector(pairs)
+		// Histograms follow the base-unit convention (seconds) unless their
+		// name says milliseconds.
+		data["ToSeconds"] = ""
+		qs.boundScale = 1
+		if strings.HasSuffix(metric, "_milliseconds") || strings.HasSuffix(metric, "_ms") {
+			data["ToSeconds"] = " / 1000"
+			qs.boundScale = 1e-3
+		}
+	case tailcutv1alpha1.EstimateSourceCustom:
+		if strings.TrimSpace(auto.Query) == "" {
+			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: "source Custom needs auto.query"}
+		}
+		custom := map[string]any{
+			"Namespace": ns, "Service": svc, "Port": port, "Quantile": quantile, "Window": window,
+		}
+		q, err := render("custom", auto.Query, custom)
+		if err != nil {
+			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: auto.Query, Err: err}
+		}
+		if err := checkPromQL(q, false); err != nil {
+			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: q, Err: err}
+		}
+		qs.quantile = q
+	default:
+		return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: fmt.Sprintf("unknown source %q", auto.Source)}
+	}
+	type job struct {
+		dst  *string
+		tmpl string
+	}
+	var jobs []job
+	if auto.Source != tailcutv1alpha1.EstimateSourceCustom {
+		jobs = append(jobs, job{&qs.quantile, tmplQuantile}, job{&qs.buckets, tmplBuckets},
+			job{&qs.prevBuckets, tmplPrev}, job{&qs.count, tmplCount})
+	}
+	// The hedge counters exist only on tailcut's own Envoy clusters.
+	if policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishXDS {
+		jobs = append(jobs, job{&qs.retries, tmplRetries}, job{&qs.attempts, tmplAttempts})
+	}
+	for _, j := range jobs {
+		q, err := render("builtin", j.tmpl, data)
+		if err == nil {
+			err = checkPromQL(q, true)
+		}
+		if err != nil {
+			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: q, Err: err}
+		}
+		*j.dst = q
+	}
+	return qs, nil
+}
+
+// templateError and promQLError tell the stages apart for InvalidQueryError.
+type templateError struct {
+	problem string
+	err     error
+}
+
+func (e *templateError) Error() string { return e.err.Error() }
+func (e *templateError) Unwrap() error { return e.err }
+
+func problemOf(err error) string {
+	if te, ok := err.(*templateError); ok {
+		return te.problem
+	}
+	return "the query is not valid PromQL"
+}
+
+// render executes a Go template with missingkey=error, so a misspelt variable
+// is an error rather than "<no value>" in the query.
+func render(name, text string, data map[string]any) (string, error) {
+	t, err := template.New(name).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return "", &templateError{problem: "the template does not parse", err: err}
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "", &templateError{problem: "the template does not render", err: err}
+	}
+	return b.String(), nil
+}
+
+// checkPromQL parses a rendered query and checks it returns an instant vector
+// or a scalar, the only results the estimator can read.
+func checkPromQL(q string, builtin bool) error {
+	expr, err := promQLParser.ParseExpr(q)
+	if err != nil {
+		return err
+	}
+	switch expr.Type() {
+	case parser.ValueTypeVector, parser.ValueTypeScalar:
+		return nil
+	default:
+		what := map[parser.ValueType]string{parser.ValueTypeMatrix: "a range vector", parser.ValueTypeString: "a string"}[expr.Type()]
+		kind := "the query returns " + what
+		if builtin {
+			kind = "built-in " + kind
+		}
+		return &templateError{problem: kind + ", not an instant vector or scalar", err: fmt.Errorf("result type %s", expr.Type())}
+	}
+}
+
+// selector renders label matchers, quoting values as PromQL strings.
+func selector(pairs [][2]string) string {
+	parts := make([]string, 0, len(pairs))
+	for _, p := range pairs {
+		parts = append(parts, p[0]+"="+strconv.Quote(p[1]))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// promDuration renders a duration as PromQL writes it ("2m", "1m30s").
+func promDuration(d time.Duration) string {
+	return model.Duration(d).String()
+}

@@ -1,0 +1,147 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plan
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func testPlan(ns, svc string, port int32) RoutePlan {
+	p, err := Build(Input{
+		PolicyNamespace: ns, PolicyName: svc + "-hedge", Service: svc, Port: port,
+		PathPrefix: "/", Methods: []string{"get", "HEAD"},
+		Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"reset", "connect-failure"},
+		BudgetPercent: 5, MinConcurrency: 3,
+		Endpoints: []Endpoint{{Address: "10.0.0.2", Port: 8080}, {Address: "10.0.0.1", Port: 8080}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func TestBuildNormalizes(t *testing.T) {
+	p := testPlan("shop", "web", 80)
+	if !slices.Equal(p.Match.Methods, []string{"GET", "HEAD"}) {
+		t.Errorf("methods = %v", p.Match.Methods)
+	}
+	if !slices.Equal(p.Hedge.RetryOn, []string{"connect-failure", "reset"}) {
+		t.Errorf("retryOn = %v", p.Hedge.RetryOn)
+	}
+	if p.Endpoints[0].Address != "10.0.0.1" {
+		t.Errorf("endpoints not sorted: %v", p.Endpoints)
+	}
+}
+
+func TestRouteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		delay  time.Duration
+		hedges int32
+		want   time.Duration
+	}{
+		{20 * time.Millisecond, 1, 15*time.Second + 30*time.Millisecond},
+		{20 * time.Millisecond, 2, 15*time.Second + 60*time.Millisecond},
+		{time.Second, 3, 15*time.Second + 3*1010*time.Millisecond},
+	} {
+		h := &Hedge{Delay: tc.delay, MaxHedges: tc.hedges}
+		if got := h.RouteTimeout(); got != tc.want {
+			t.Errorf("RouteTimeout(delay %s, %d hedges) = %s, want %s", tc.delay, tc.hedges, got, tc.want)
+		}
+		// The last hedge starts at most MaxHedges*(delay+max backoff) in, and
+		// must still get the default route timeout.
+		if got := h.RouteTimeout(); got < time.Duration(tc.hedges)*(tc.delay+HedgeBackoffMax)+DefaultRouteTimeout {
+			t.Errorf("RouteTimeout %s is shorter than the worst hedge schedule", got)
+		}
+	}
+}
+
+func TestPrepareSetSortsAndSplitsHosts(t *testing.T) {
+	web80, web8080, cart := testPlan("shop", "web", 80), testPlan("shop", "web", 8080), testPlan("shop", "cart", 7070)
+	web8080.Name = "shop/web-admin"
+	in := []RoutePlan{web8080, web80, cart}
+	inHosts := slices.Clone(in[0].Hosts)
+
+	out, err := PrepareSet(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, p := range out {
+		order = append(order, p.Name)
+	}
+	if want := []string{"shop/cart-hedge", "shop/web-hedge", "shop/web-admin"}; !slices.Equal(order, want) {
+		t.Errorf("order = %v, want %v", order, want)
+	}
+	// Portless names go to port 80; port 8080 keeps its own names.
+	if !slices.Contains(out[1].Hosts, "web") || !slices.Contains(out[1].Hosts, "web:80") {
+		t.Errorf("port 80 hosts = %v", out[1].Hosts)
+	}
+	if want := []string{"web.shop.svc.cluster.local:8080", "web.shop.svc:8080", "web.shop:8080", "web:8080"}; !slices.Equal(out[2].Hosts, want) {
+		t.Errorf("port 8080 hosts = %v, want %v", out[2].Hosts, want)
+	}
+	// cart has no sibling: all of its eight names stay.
+	if len(out[0].Hosts) != 8 {
+		t.Errorf("cart hosts = %v", out[0].Hosts)
+	}
+	if !slices.Equal(in[0].Hosts, inHosts) {
+		t.Error("PrepareSet modified its input")
+	}
+}
+
+func TestPrepareSetLowestPortWithout80(t *testing.T) {
+	a, b := testPlan("shop", "web", 9090), testPlan("shop", "web", 8080)
+	b.Name = "shop/web-b"
+	out, err := PrepareSet([]RoutePlan{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Port != 8080 || !slices.Contains(out[0].Hosts, "web") {
+		t.Errorf("the lowest port should keep the portless names: %+v", out[0])
+	}
+	if slices.Contains(out[1].Hosts, "web") {
+		t.Errorf("port 9090 kept a portless name: %v", out[1].Hosts)
+	}
+}
+
+func TestPrepareSetErrors(t *testing.T) {
+	web := testPlan("shop", "web", 80)
+	other := web
+	other.Name = "shop/other"
+	if _, err := PrepareSet([]RoutePlan{web, other}); !errors.Is(err, ErrDuplicateTarget) {
+		t.Errorf("same service port twice: %v", err)
+	}
+	if _, err := PrepareSet([]RoutePlan{web, web}); !errors.Is(err, ErrDuplicateName) {
+		t.Errorf("same plan twice: %v", err)
+	}
+	bad := testPlan("shop", "api", 80)
+	bad.Hedge.MaxHedges = 0
+	if _, err := PrepareSet([]RoutePlan{web, bad}); !errors.Is(err, ErrMaxHedges) {
+		t.Errorf("invalid plan: %v", err)
+	}
+	// A plan whose only host another plan owns is left without hosts.
+	a, b := testPlan("shop", "web", 80), testPlan("shop", "web", 8080)
+	b.Name, b.Hosts = "shop/b", []string{"web"}
+	if _, err := PrepareSet([]RoutePlan{a, b}); !errors.Is(err, ErrNoHosts) {
+		t.Errorf("plan without hosts: %v", err)
+	}
+	if out, err := PrepareSet(nil); err != nil || len(out) != 0 {
+		t.Errorf("empty set: %v, %v", out, err)
+	}
+}

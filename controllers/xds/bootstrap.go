@@ -1,0 +1,248 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// XDSClusterName is the bootstrap's static cluster that reaches tailcut's xDS
+// server.
+const XDSClusterName = "tailcut_xds"
+
+// ListenerPortMetadataKey is the node metadata key that carries the listener
+// port the bootstrap was rendered for. The server logs a warning when it
+// differs from the port it programs.
+const ListenerPortMetadataKey = "tailcut.io/listener-port"
+
+// Defaults of BootstrapOptions.
+const (
+	DefaultNodeCluster  = "tailcut"
+	DefaultAdminAddress = "127.0.0.1"
+	DefaultAdminPort    = 9901
+)
+
+// LatencyBucketsMs are the histogram buckets, in milliseconds, for
+// upstream_rq_time and downstream_rq_time. Envoy's defaults (0.5, 1, 5, 10, 25,
+// 50, 100, 250 ...) put p95 and p99 errors of tens of milliseconds into every
+// estimate; these are dense from 5 to 150ms, where hedge delays live.
+var LatencyBucketsMs = []float64{
+	1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 22, 25, 28, 30, 33, 36, 40, 45, 50, 55, 60,
+	70, 80, 90, 100, 110, 120, 130, 140, 150, 175, 200, 250, 300, 400, 500, 750, 1000, 2500, 5000, 10000,
+}
+
+// BootstrapOptions say where Envoy finds tailcut and how it identifies itself.
+type BootstrapOptions struct {
+	// XDSAddress is host:port of tailcut's xDS server. Required.
+	XDSAddress string
+	// NodeID identifies the proxy in tailcut's status and logs (the pod name).
+	// Required.
+	NodeID string
+	// NodeCluster is node.cluster. Default "tailcut".
+	NodeCluster string
+	// AdminAddress and AdminPort are where Envoy's admin interface listens.
+	// Default 127.0.0.1:9901.
+	AdminAddress string
+	AdminPort    uint32
+	// ListenerPort is the port the xDS server programs for the HTTP listener.
+	// Envoy gets the listener over LDS; the port is recorded in the node
+	// metadata only, so a mismatch with the server shows in its log. 0 leaves
+	// it out.
+	ListenerPort uint32
+}
+
+// Bootstrap renders Envoy's bootstrap YAML: node identity, ADS over gRPC (HTTP/2)
+// to tailcut, listeners and clusters from ADS, the admin interface and fine
+// latency histogram buckets.
+func Bootstrap(opts BootstrapOptions) ([]byte, error) {
+	if opts.NodeID == "" {
+		return nil, errors.New("bootstrap: node id is empty")
+	}
+	host, portStr, err := net.SplitHostPort(opts.XDSAddress)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: xDS address %q: %w", opts.XDSAddress, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 || host == "" {
+		return nil, fmt.Errorf("bootstrap: xDS address %q needs a host and a port between 1 and 65535", opts.XDSAddress)
+	}
+	if opts.NodeCluster == "" {
+		opts.NodeCluster = DefaultNodeCluster
+	}
+	if opts.AdminAddress == "" {
+		opts.AdminAddress = DefaultAdminAddress
+	}
+	if opts.AdminPort == 0 {
+		opts.AdminPort = DefaultAdminPort
+	}
+
+	node := &corev3.Node{Id: opts.NodeID, Cluster: opts.NodeCluster}
+	if opts.ListenerPort != 0 {
+		md, err := structpb.NewStruct(map[string]any{ListenerPortMetadataKey: float64(opts.ListenerPort)})
+		if err != nil {
+			return nil, err
+		}
+		node.Metadata = md
+	}
+
+	b := &bootstrapv3.Bootstrap{
+		Node: node,
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType:             corev3.ApiConfigSource_GRPC,
+				TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: XDSClusterName},
+				}}},
+				SetNodeOnFirstMessageOnly: true,
+			},
+			LdsConfig: adsSource(),
+			CdsConfig: adsSource(),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
+			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port))},
+		},
+		Admin: &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
+		StatsConfig: &metricsv3.StatsConfig{HistogramBucketSettings: []*metricsv3.HistogramBucketSettings{
+			{Match: regexMatcher(`^cluster\..+\.upstream_rq_time$`), Buckets: LatencyBucketsMs},
+			{Match: regexMatcher(`^http\..+\.downstream_rq_time$`), Buckets: LatencyBucketsMs},
+		}},
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	out, err := MessageYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("# Envoy bootstrap rendered by 'tailcut bootstrap'.\n"), out...), nil
+}
+
+// xdsCluster reaches the xDS server over HTTP/2, resolving a DNS name (the
+// operator's Service) or using an IP as is.
+func xdsCluster(host string, port uint32) *clusterv3.Cluster {
+	discovery := clusterv3.Cluster_STRICT_DNS
+	if _, err := netip.ParseAddr(host); err == nil {
+		discovery = clusterv3.Cluster_STATIC
+	}
+	return &clusterv3.Cluster{
+		Name:                 XDSClusterName,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discovery},
+		ConnectTimeout:       durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&upstreamhttpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+					ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+						ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+							Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+								// Notice a vanished control plane within ~35s.
+								ConnectionKeepalive: &corev3.KeepaliveSettings{
+									Interval: durationpb.New(30 * time.Second),
+									Timeout:  durationpb.New(5 * time.Second),
+								},
+							},
+						},
+					},
+				},
+			}),
+		},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: XDSClusterName,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address: socketAddress(host, port),
+				}},
+			}}}},
+		},
+	}
+}
+
+func regexMatcher(re string) *matcherv3.StringMatcher {
+	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
+		SafeRegex: &matcherv3.RegexMatcher{Regex: re},
+	}}
+}
+
+// BootstrapCommand is 'tailcut bootstrap': it parses args (without the command
+// name) and writes the bootstrap YAML to out. Flags:
+//
+//	--xds-address host:port   tailcut's xDS server (required)
+//	--node-id id              the proxy's node id (default: the host name)
+//	--node-cluster name       node.cluster (default tailcut)
+//	--admin-address ip        Envoy admin address (default 127.0.0.1)
+//	--admin-port n            Envoy admin port (default 9901)
+//	--listener-port n         the listener port tailcut programs, for the node metadata (default 10000)
+//	--output path             write to this file instead of out
+func BootstrapCommand(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
+	fs.SetOutput(out)
+	hostname, _ := os.Hostname()
+	var (
+		opts       BootstrapOptions
+		adminPort  uint
+		listenPort uint
+		output     string
+	)
+	fs.StringVar(&opts.XDSAddress, "xds-address", "", "host:port of tailcut's xDS server (required)")
+	fs.StringVar(&opts.NodeID, "node-id", hostname, "node id of this proxy")
+	fs.StringVar(&opts.NodeCluster, "node-cluster", DefaultNodeCluster, "node cluster of this proxy")
+	fs.StringVar(&opts.AdminAddress, "admin-address", DefaultAdminAddress, "address of Envoy's admin interface")
+	fs.UintVar(&adminPort, "admin-port", DefaultAdminPort, "port of Envoy's admin interface")
+	fs.UintVar(&listenPort, "listener-port", DefaultListenerPort, "port of the HTTP listener tailcut programs (recorded in the node metadata)")
+	fs.StringVar(&output, "output", "", "write the bootstrap to this file instead of standard output")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bootstrap: unexpected arguments %q", fs.Args())
+	}
+	if opts.XDSAddress == "" {
+		return errors.New("bootstrap: --xds-address is required")
+	}
+	if adminPort == 0 || adminPort > 65535 || listenPort > 65535 {
+		return errors.New("bootstrap: ports must be between 1 and 65535")
+	}
+	opts.AdminPort, opts.ListenerPort = uint32(adminPort), uint32(listenPort)
+	b, err := Bootstrap(opts)
+	if err != nil {
+		return err
+	}
+	if output != "" {
+		return os.WriteFile(output, b, 0o644)
+	}
+	_, err = out.Write(b)
+	return err
+}

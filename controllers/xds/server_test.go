@@ -1,0 +1,214 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+func testPlans(t *testing.T) []plan.RoutePlan {
+	plans, _ := loadCase(t, filepath.Join("testdata", "in", "several-ports.yaml"))
+	return plans
+}
+
+func keyOf(p plan.RoutePlan) k8stypes.NamespacedName { return planKey(nil, p) }
+
+func TestServerWaitsForSync(t *testing.T) {
+	ctx := context.Background()
+	plans := testPlans(t)
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+		t.Fatal(err)
+	}
+	if s.Version() != "" {
+		t.Fatal("snapshot before MarkSynced")
+	}
+	s.MarkSynced(keyOf(plans[0]), keyOf(plans[1]), k8stypes.NamespacedName{Namespace: "shop", Name: "gone"})
+	if s.Version() != "" {
+		t.Fatal("snapshot while expected policies are still missing")
+	}
+	if err := s.Publish(ctx, nil, plans[1]); err != nil {
+		t.Fatal(err)
+	}
+	if s.Version() != "" {
+		t.Fatal("snapshot while shop/gone is still missing")
+	}
+	// A policy that is removed counts as reconciled.
+	if err := s.Remove(ctx, k8stypes.NamespacedName{Namespace: "shop", Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Version() == "" || !s.Synced() {
+		t.Fatal("no snapshot after every expected policy was reconciled")
+	}
+	if st := s.Status(keyOf(plans[0])); st.Version != s.Version() || st.Connected != 0 {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestServerSyncTimeout(t *testing.T) {
+	s := NewServer(ServerOptions{Logger: logr.Discard(), SyncTimeout: 50 * time.Millisecond})
+	s.MarkSynced(k8stypes.NamespacedName{Namespace: "a", Name: "never"})
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Version() == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot after the sync timeout")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServerKeepsLastGoodSet(t *testing.T) {
+	ctx := context.Background()
+	plans := testPlans(t)
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	s.MarkSynced()
+	for _, p := range plans {
+		if err := s.Publish(ctx, nil, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := s.Version()
+	pushes := testutil.ToFloat64(pushesTotal)
+
+	dup := plans[0]
+	dup.Name = "shop/duplicate"
+	if err := s.Publish(ctx, nil, dup); !errors.Is(err, plan.ErrDuplicateTarget) {
+		t.Fatalf("conflicting plan: got %v", err)
+	}
+	if s.Version() != v || testutil.ToFloat64(pushesTotal) != pushes {
+		t.Error("a failed publish changed the snapshot")
+	}
+	if st := s.Status(keyOf(dup)); st.Version != "" {
+		t.Errorf("a rejected plan has status %+v", st)
+	}
+	// Same plans again: no new version, no push.
+	if err := s.Publish(ctx, nil, plans[1]); err != nil || s.Version() != v || testutil.ToFloat64(pushesTotal) != pushes {
+		t.Errorf("republishing an equal plan pushed (err %v)", err)
+	}
+	if err := s.Remove(ctx, keyOf(plans[0])); err != nil || s.Version() == v {
+		t.Errorf("remove: err %v, version %s", err, s.Version())
+	}
+	if st := s.Status(keyOf(plans[0])); st.Version != "" {
+		t.Errorf("removed plan has status %+v", st)
+	}
+	if err := s.Remove(ctx, keyOf(plans[0])); err != nil {
+		t.Errorf("removing twice: %v", err)
+	}
+}
+
+// TestServerAckNack drives the callbacks the way go-control-plane does.
+func TestServerAckNack(t *testing.T) {
+	ctx := context.Background()
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	s.MarkSynced()
+	p := testPlans(t)[0]
+	if err := s.Publish(ctx, nil, p); err != nil {
+		t.Fatal(err)
+	}
+	v := s.Version()
+	cb := callbacks{s}
+	node := &corev3.Node{Id: "envoy-a"}
+	if err := cb.OnStreamOpen(ctx, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	types := []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
+	for i, typ := range types {
+		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ})
+		cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, VersionInfo: v, Nonce: string(rune('1' + i))})
+	}
+	if st := s.Status(keyOf(p)); st.Connected != 1 || st.Programmed != 0 {
+		t.Fatalf("before ACKs: %+v", st)
+	}
+	for i, typ := range types[:3] {
+		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: typ, VersionInfo: v, ResponseNonce: string(rune('1' + i))})
+	}
+	if st := s.Status(keyOf(p)); st.Programmed != 0 {
+		t.Fatalf("programmed without the EDS ACK: %+v", st)
+	}
+	// A request answering an older nonce is neither ACK nor NACK.
+	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: v, ResponseNonce: "0"})
+	if st := s.Status(keyOf(p)); st.Programmed != 0 {
+		t.Fatalf("a stale nonce counted as ACK: %+v", st)
+	}
+	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: v, ResponseNonce: "4"})
+	if st := s.Status(keyOf(p)); st.Programmed != 1 || st.Rejected != "" || st.Version != v {
+		t.Fatalf("after all ACKs: %+v", st)
+	}
+
+	// A new version, NACKed for RDS.
+	p.Hedge.Delay += time.Millisecond
+	if err := s.Publish(ctx, nil, p); err != nil {
+		t.Fatal(err)
+	}
+	v2 := s.Version()
+	cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.RouteType, VersionInfo: v2, Nonce: "5"})
+	nacks := testutil.ToFloat64(nacksTotal.WithLabelValues("RDS"))
+	nack := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, VersionInfo: v, ResponseNonce: "5",
+		ErrorDetail: &status.Status{Message: "bad regex"}}
+	_ = cb.OnStreamRequest(1, nack)
+	st := s.Status(keyOf(p))
+	if st.Programmed != 0 || st.Rejected != "envoy-a rejected RDS: bad regex" || st.Version != v2 {
+		t.Fatalf("after NACK: %+v", st)
+	}
+	if testutil.ToFloat64(nacksTotal.WithLabelValues("RDS")) != nacks+1 {
+		t.Error("NACK not counted")
+	}
+	if nack.VersionInfo != v2 {
+		t.Errorf("the NACK should be marked as having seen %s so the cache waits for a new snapshot; has %q", v2, nack.VersionInfo)
+	}
+
+	cb.OnStreamClosed(1, node)
+	if st := s.Status(keyOf(p)); st.Connected != 0 || st.Programmed != 0 {
+		t.Fatalf("after close: %+v", st)
+	}
+	if err := cb.OnDeltaStreamOpen(ctx, 2, ""); err == nil {
+		t.Error("delta streams should be refused")
+	}
+}
+
+func TestBootstrapCommand(t *testing.T) {
+	var out strings.Builder
+	if err := BootstrapCommand([]string{"--xds-address", "tailcut.tailcut-system.svc:18000", "--node-id", "n1", "--admin-port", "9902"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"id: n1", "port_value: 9902", "address: tailcut.tailcut-system.svc", "type: STRICT_DNS", "http2_protocol_options", "upstream_rq_time"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bootstrap lacks %q", want)
+		}
+	}
+	if err := BootstrapCommand([]string{"--node-id", "n1"}, &out); err == nil {
+		t.Error("missing --xds-address should fail")
+	}
+	if err := BootstrapCommand([]string{"--xds-address", "nohostport"}, &out); err == nil {
+		t.Error("an address without a port should fail")
+	}
+}

@@ -1,0 +1,184 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+)
+
+// envoyBin returns $ENVOY_BIN. Tests that need Envoy fail without it: the
+// Makefile sets it from 'hack/tools.sh envoy'.
+func envoyBin(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("ENVOY_BIN")
+	if bin == "" {
+		t.Fatal("ENVOY_BIN is not set: this test runs the real Envoy. Run it through make, or export ENVOY_BIN=$(hack/tools.sh envoy)")
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		t.Fatalf("ENVOY_BIN=%s is not an executable file (%v)", bin, err)
+	}
+	return bin
+}
+
+// envoyValidate runs 'envoy --mode validate' on a config file.
+func envoyValidate(t *testing.T, bin, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--mode", "validate", "-c", path,
+		"--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("envoy --mode validate -c %s: %v\n%s", path, err, out)
+	}
+	if !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate -c %s did not say OK:\n%s", path, out)
+	}
+}
+
+// readGolden parses testdata/out/<name>.<kind>.yaml into messages made by newMsg.
+func readGolden[M proto.Message](t *testing.T, name, kind string, newMsg func() M) []M {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "out", name+"."+kind+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(j, &raw); err != nil {
+		t.Fatal(err)
+	}
+	var out []M
+	for _, r := range raw {
+		m := newMsg()
+		if err := protojson.Unmarshal(r, m); err != nil {
+			t.Fatalf("%s.%s: %v", name, kind, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// staticBootstrap turns one golden case into a bootstrap Envoy can load without
+// a control plane: the route configuration inline in the listener, and each
+// EDS cluster a STATIC cluster carrying its load assignment.
+func staticBootstrap(t *testing.T, name string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	listeners := readGolden(t, name, "listeners", func() *listenerv3.Listener { return &listenerv3.Listener{} })
+	routes := readGolden(t, name, "routes", func() *routev3.RouteConfiguration { return &routev3.RouteConfiguration{} })
+	clusters := readGolden(t, name, "clusters", func() *clusterv3.Cluster { return &clusterv3.Cluster{} })
+	endpoints := readGolden(t, name, "endpoints", func() *endpointv3.ClusterLoadAssignment { return &endpointv3.ClusterLoadAssignment{} })
+
+	routeByName := map[string]*routev3.RouteConfiguration{}
+	for _, r := range routes {
+		routeByName[r.Name] = r
+	}
+	for _, l := range listeners {
+		for _, fc := range l.FilterChains {
+			for _, f := range fc.Filters {
+				var hcm hcmv3.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("listener %s: %v", l.Name, err)
+				}
+				rc := routeByName[hcm.GetRds().GetRouteConfigName()]
+				if rc == nil {
+					t.Fatalf("listener %s refers to route configuration %q, which is not in the golden output", l.Name, hcm.GetRds().GetRouteConfigName())
+				}
+				hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
+				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
+			}
+		}
+	}
+	claByName := map[string]*endpointv3.ClusterLoadAssignment{}
+	for _, e := range endpoints {
+		claByName[e.ClusterName] = e
+	}
+	for _, c := range clusters {
+		cla := claByName[c.GetEdsClusterConfig().GetServiceName()]
+		if cla == nil {
+			t.Fatalf("cluster %s has no load assignment in the golden output", c.Name)
+		}
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+		c.EdsClusterConfig = nil
+		c.LoadAssignment = cla
+	}
+	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: listeners, Clusters: clusters}}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("static bootstrap for %s: %v", name, err)
+	}
+	return b
+}
+
+// TestGoldenEnvoyValidate loads every golden output into the real Envoy.
+func TestGoldenEnvoyValidate(t *testing.T) {
+	bin := envoyBin(t)
+	dir := t.TempDir()
+	for _, name := range caseNames(t) {
+		t.Run(name, func(t *testing.T) {
+			b, err := MessageYAML(staticBootstrap(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, name+".yaml")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			envoyValidate(t, bin, path)
+		})
+	}
+}
+
+// TestBootstrapEnvoyValidate loads the real bootstrap into Envoy.
+func TestBootstrapEnvoyValidate(t *testing.T) {
+	bin := envoyBin(t)
+	for name, opts := range map[string]BootstrapOptions{
+		"in-cluster": {XDSAddress: "tailcut.tailcut-system.svc:18000", NodeID: "envoy-0"},
+		"loopback":   {XDSAddress: "127.0.0.1:18000", NodeID: "test", AdminPort: 19000, ListenerPort: 10080},
+		"ipv6":       {XDSAddress: "[::1]:18000", NodeID: "test"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := Bootstrap(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "bootstrap.yaml")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			envoyValidate(t, bin, path)
+		})
+	}
+}
