@@ -142,6 +142,16 @@ func main() {
 		reconciler.Publishers[tailcutv1alpha1.PublishXDS] = srv
 		reconciler.Notifications = srv.Events()
 	}
+	if srv, ok := reconciler.Publishers[tailcutv1alpha1.PublishXDS].(*xds.Server); ok {
+		// Replicas that are not the leader serve the leader's decisions too.
+		if err := mgr.Add(&controllers.FollowerPublisher{
+			Reconciler: reconciler, Publisher: srv, Elected: mgr.Elected(),
+			WaitForCacheSync: mgr.GetCache().WaitForCacheSync, MarkSynced: srv.MarkSynced,
+		}); err != nil {
+			log.Error(err, "unable to add the follower publisher")
+			os.Exit(1)
+		}
+	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)
