@@ -85,6 +85,10 @@ install-tools: ## Install every pinned tool into the cache.
 tool-versions: ## Print the pinned tool versions.
 	$(TOOLS) versions
 
+.PHONY: bench-tail
+bench-tail: ## Benchmark: every scenario with the automatic delay and a static-delay sweep; writes docs/benchmarks.md.
+	@$(TOOL_ENV); $(GO) run ./test/localstack/bench -rate=$(RATE)
+
 ##@ Build
 
 .PHONY: build
