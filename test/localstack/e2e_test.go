@@ -88,9 +88,24 @@ func TestHedgingShortensTheTail(t *testing.T) {
 	if _, err := s.WaitReady(ctx, 150, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// Closed loop: while k6 runs with hedging on, record the delay at every
+	// evaluation interval. Hedging censors the hedged cluster's latency; a delay
+	// derived from it would drift toward the min clamp (5ms), one stuck on the p95
+	// step would sit at the slow mode (~115ms).
+	series := s.recordDelays(ctx, 5*time.Second)
 	summary, err := s.RunK6(ctx, K6Options{Rate: 170, Duration: "60s", MaxP99Ratio: 0.5, PostRate: 10}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	delays := series()
+	t.Logf("closed-loop delay series (every 5s): %v", delays)
+	if len(delays) < 8 {
+		t.Errorf("only %d delay samples over the run", len(delays))
+	}
+	for _, d := range delays {
+		if d < 15*time.Millisecond || d > 60*time.Millisecond {
+			t.Errorf("delay %v left [15ms, 60ms]: above the fast mode, well below the slow mode", d)
+		}
 	}
 	policy, err := s.Policy(ctx)
 	if err != nil {
@@ -168,5 +183,35 @@ func TestSaturationBacksOff(t *testing.T) {
 	}
 	if r.Arms["hedged"].P99 > 1.1*r.Arms["bypass"].P99 {
 		t.Errorf("hedged p99 %.1fms is more than 10%% worse than bypass p99 %.1fms", r.Arms["hedged"].P99, r.Arms["bypass"].P99)
+	}
+}
+
+// recordDelays samples the policy's effective delay every interval until the
+// returned function is called, which returns the samples (0 = hedging off).
+func (s *Stack) recordDelays(ctx context.Context, interval time.Duration) func() []time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	var delays []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+			if p, err := s.Policy(ctx); err == nil {
+				var d time.Duration
+				if p.Status.EffectiveDelay != nil {
+					d = p.Status.EffectiveDelay.Duration
+				}
+				delays = append(delays, d)
+			}
+		}
+	}()
+	return func() []time.Duration {
+		cancel()
+		<-done
+		return delays
 	}
 }
