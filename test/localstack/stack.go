@@ -30,12 +30,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
@@ -109,6 +111,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	s.logf("starting etcd and kube-apiserver")
+	// envtest logs through controller-runtime; the stack's own log is enough.
+	ctrllog.SetLogger(logr.Discard())
 	env, cfg, err := envtestutil.Start()
 	if err != nil {
 		return nil, err
