@@ -70,8 +70,8 @@ func (s *Stack) Policy(ctx context.Context) (*tailcutv1alpha1.HedgePolicy, error
 
 // WaitReady sends warm-up traffic through both routes until the policy shows a
 // delay derived from Prometheus that Envoy acknowledged, reporting progress.
-func (s *Stack) WaitReady(ctx context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.warmup(ctx, rps) })
@@ -94,6 +94,9 @@ func (s *Stack) WaitReady(ctx context.Context, rps int, timeout time.Duration) (
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return nil, fmt.Errorf("interrupted while waiting for the policy: %w", parent.Err())
+			}
 			return nil, fmt.Errorf("the policy was not Ready with a delay from Prometheus within %s; last status: %s; logs in %s", timeout, last, s.dir("logs"))
 		case <-time.After(time.Second):
 		}
