@@ -89,7 +89,7 @@ func benchScenario(ctx context.Context, sc localstack.Scenario, duration, sweepD
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	stack, err := localstack.Start(ctx, localstack.Options{Dir: dir, Ports: localstack.DefaultPorts(), Scenario: sc, Log: logf})
 	if err != nil {
 		return nil, err
