@@ -24,8 +24,9 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Generate the CRD and RBAC manifests (controller-gen).
+manifests: ## Generate the CRD and RBAC manifests (controller-gen) and copy them into the chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=true paths="./..." output:crd:artifacts:config=config/crd/bases
+	@$(MAKE) -s chart-crds
 
 .PHONY: generate
 generate: ## Generate deepcopy code (controller-gen).
@@ -108,3 +109,52 @@ install: manifests ## Install the CRD into the cluster in your kubeconfig.
 .PHONY: uninstall
 uninstall: ## Remove the CRD (and every HedgePolicy) from the cluster.
 	$$($(TOOLS) kubectl) delete --ignore-not-found -f config/crd/bases
+
+##@ Packaging
+
+# Images: the operator (Dockerfile target "operator", the default) and the
+# variability workload (target "workload") used by the chart's demo.
+WORKLOAD_IMG ?= tailcut-workload:dev
+CONTAINER_TOOL ?= docker
+KIND_CLUSTER ?= tailcut-e2e
+
+.PHONY: docker-build
+docker-build: ## Build the operator (IMG) and workload (WORKLOAD_IMG) images.
+	$(CONTAINER_TOOL) build --target operator -t $(IMG) .
+	$(CONTAINER_TOOL) build --target workload -t $(WORKLOAD_IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push IMG and WORKLOAD_IMG.
+	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(WORKLOAD_IMG)
+
+.PHONY: deploy
+deploy: ## Deploy the CRD, RBAC and the operator (config/default, image IMG) to the cluster in your kubeconfig.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -R config "$$tmp/"; \
+	kustomize=$$($(TOOLS) kustomize); \
+	(cd "$$tmp/config/manager" && $$kustomize edit set image controller=$(IMG)); \
+	$$kustomize build "$$tmp/config/default" | $$($(TOOLS) kubectl) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove what make deploy created (and the CRD, with every HedgePolicy).
+	$$($(TOOLS) kustomize) build config/default | $$($(TOOLS) kubectl) delete --ignore-not-found -f -
+
+.PHONY: chart-crds
+chart-crds: ## Copy the generated CRDs and RBAC rules, and the k6 script, into charts/tailcut (test/chart fails on drift).
+	rm -f charts/tailcut/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/tailcut/crds/
+	cp config/rbac/role.yaml charts/tailcut/files/manager-role.yaml
+	cp test/k6/hedge-ab.js charts/tailcut/files/hedge-ab.js
+
+.PHONY: helm-lint
+helm-lint: ## helm lint the chart with its default values and with the demo on.
+	helm=$$($(TOOLS) helm); $$helm lint --strict charts/tailcut; \
+	$$helm lint --strict charts/tailcut --set demo.enabled=true
+
+.PHONY: kind-e2e
+kind-e2e: ## Needs Docker and the internet: kind cluster, images, kube-prometheus-stack, tailcut with the demo, k6 A/B verdict.
+	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) CONTAINER_TOOL=$(CONTAINER_TOOL) hack/kind-e2e.sh
+
+.PHONY: kind-clean
+kind-clean: ## Delete the kind e2e cluster.
+	KIND_CLUSTER=$(KIND_CLUSTER) hack/kind-e2e.sh clean

@@ -6,12 +6,12 @@ cd "$(dirname "$0")/.."
 
 make -s generate manifests >/dev/null
 go mod tidy
-if ! git diff --exit-code --stat -- api config go.mod go.sum; then
+if ! git diff --exit-code --stat -- api config charts go.mod go.sum; then
 	echo "verify: generated files are stale; run 'make generate manifests' and 'go mod tidy', then commit" >&2
-	git diff -- api config go.mod go.sum | head -50 >&2
+	git diff -- api config charts go.mod go.sum | head -50 >&2
 	exit 1
 fi
-untracked=$(git ls-files --others --exclude-standard -- api config)
+untracked=$(git ls-files --others --exclude-standard -- api config charts)
 if [ -n "$untracked" ]; then
 	echo "verify: generated files are not committed: $untracked" >&2
 	exit 1

@@ -1,0 +1,177 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The manifests run the real binaries with the flags they give them: the
+// operator, `tailcut bootstrap` and Envoy in the proxy pod, the workload and
+// k6 in the demo. A renamed flag fails here, not in a cluster.
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  string
+)
+
+// binary builds the operator ("tailcut") and the workload once per test run.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tailcut-chart-bin-")
+		if err != nil {
+			buildErr = err.Error()
+			return
+		}
+		buildDir = dir
+		for out, pkg := range map[string]string{"tailcut": ".", "workload": "./test/workload"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+			cmd.Dir = repo()
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr += "go build " + pkg + ": " + err.Error() + "\n" + string(b)
+			}
+		}
+	})
+	if buildErr != "" {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, name)
+}
+
+// expand replaces $(VAR) references the way the kubelet does for args.
+func expand(args []string, env map[string]string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// runWith runs bin and returns its combined output and error.
+func runWith(bin string, env []string, args ...string) (string, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func deployment(t *testing.T, objs []*unstructured.Unstructured, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetName() == name && (o.GetKind() == "Deployment" || o.GetKind() == "StatefulSet" || o.GetKind() == "Job") {
+			return o
+		}
+	}
+	t.Fatalf("no workload %s", name)
+	return nil
+}
+
+// The operator accepts every flag the chart and config/manager pass: with
+// --help last, it exits 0 only when all flags before it parsed.
+func TestOperatorAcceptsTheManifestsFlags(t *testing.T) {
+	bin := binary(t, "tailcut")
+	cases := map[string][]string{}
+	for _, v := range []valueSet{valueSets[0], valueSets[4]} {
+		cases["chart "+v.name] = containerArgs(t, deployment(t, render(t, v), "tailcut"), "manager")
+	}
+	cases["config/default"] = containerArgs(t, deployment(t, kustomizeDefault(t, false), "tailcut-controller-manager"), "manager")
+	for name, args := range cases {
+		if out, err := runWith(bin, nil, append(args, "--help")...); err != nil {
+			t.Errorf("%s: tailcut %v: %v\n%s", name, args, err, out)
+		}
+	}
+}
+
+// The proxy's init container writes a bootstrap that the real Envoy accepts,
+// run with the Envoy container's own flags (in validate mode).
+func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
+	envoy := tool(t, "envoy")
+	proxy := deployment(t, render(t, valueSets[4]), "tailcut-proxy")
+	dir := t.TempDir()
+	bootstrap := filepath.Join(dir, "envoy.yaml")
+
+	args := expand(containerArgs(t, proxy, "bootstrap"), map[string]string{"POD_NAME": "tailcut-proxy-abc"})
+	for i, a := range args {
+		if a == "--output=/etc/envoy/envoy.yaml" {
+			args[i] = "--output=" + bootstrap
+		}
+	}
+	if out, err := runWith(binary(t, "tailcut"), nil, args...); err != nil {
+		t.Fatalf("tailcut %v: %v\n%s", args, err, out)
+	}
+	b := string(mustRead(t, bootstrap))
+	for _, want := range []string{"tailcut.chart-demo.svc", "18000", "0.0.0.0", "9901", "tailcut-proxy-abc"} {
+		if !strings.Contains(b, want) {
+			t.Errorf("the bootstrap lacks %q:\n%s", want, b)
+		}
+	}
+
+	envoyArgs := containerArgs(t, proxy, "envoy")
+	for i, a := range envoyArgs {
+		if a == "/etc/envoy/envoy.yaml" {
+			envoyArgs[i] = bootstrap
+		}
+	}
+	envoyArgs = append(envoyArgs, "--mode", "validate")
+	if out, err := runWith(envoy, nil, envoyArgs...); err != nil || !strings.Contains(out, "OK") {
+		t.Errorf("envoy %v: %v\n%s", envoyArgs, err, out)
+	}
+}
+
+// The demo workload accepts its flags and its WORKLOAD_CONFIG.
+func TestWorkloadAcceptsTheDemoConfig(t *testing.T) {
+	sts := deployment(t, render(t, valueSets[4]), "workload")
+	env := containerEnv(t, sts, "workload")
+	args := expand(containerArgs(t, sts, "workload"), map[string]string{"POD_NAME": "workload-0"})
+	out, _ := runWith(binary(t, "workload"), []string{"WORKLOAD_CONFIG=" + env["WORKLOAD_CONFIG"]}, append(args, "--help")...)
+	// The workload reads WORKLOAD_CONFIG, then the flags; --help stops it
+	// after both were accepted.
+	if !strings.Contains(out, "help requested") {
+		t.Errorf("workload %v with WORKLOAD_CONFIG=%s:\n%s", args, env["WORKLOAD_CONFIG"], out)
+	}
+}
+
+// k6 loads both demo scripts with the environment their Jobs give them.
+func TestK6ScriptsLoadWithTheJobsEnvironment(t *testing.T) {
+	k6 := tool(t, "k6")
+	objs := render(t, valueSets[4])
+	for job, script := range map[string]string{"tailcut-warmup": "warmup.js", "tailcut-ab": "hedge-ab.js"} {
+		j := deployment(t, objs, job)
+		// k6 inspect does not read the process environment into __ENV; -e does.
+		args := []string{"inspect", "--execution-requirements"}
+		for k, v := range containerEnv(t, j, "k6") {
+			args = append(args, "-e", k+"="+v)
+		}
+		args = append(args, repo("charts", "tailcut", "files", script))
+		out, err := runWith(k6, []string{"K6_NO_USAGE_REPORT=true"}, args...)
+		if err != nil || !strings.Contains(out, `"scenarios"`) {
+			t.Errorf("k6 inspect %s with the env of %s: %v\n%s", script, job, err, out)
+		}
+	}
+}

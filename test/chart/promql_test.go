@@ -1,0 +1,273 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chart
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+var promQL = parser.NewParser(parser.Options{})
+
+// Sample values for Grafana's variables: the dashboards' own and the built-in
+// ones. A variable without a sample fails the test, so a new variable gets one.
+var grafanaSamples = map[string]string{
+	"__rate_interval": "1m",
+	"__interval":      "30s",
+	"__range":         "1h",
+	"datasource":      "prometheus",
+	"policy":          "demo/workload",
+	"cluster":         "tailcut_demo_workload_80",
+	"quantile":        "0.95",
+	"budget":          "0.05",
+	"namespace":       "demo",
+}
+
+// $name, ${name} and ${name:format}.
+var grafanaVar = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)`)
+
+// substitute replaces Grafana variables with samples; it reports variables that
+// have no sample or that the dashboard does not define.
+func substitute(expr string, defined []string) (string, []string) {
+	var problems []string
+	out := grafanaVar.ReplaceAllStringFunc(expr, func(m string) string {
+		sub := grafanaVar.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
+		if !strings.HasPrefix(name, "__") && !slices.Contains(defined, name) {
+			problems = append(problems, "$"+name+" is not a variable of the dashboard")
+		}
+		v, ok := grafanaSamples[name]
+		if !ok {
+			problems = append(problems, "$"+name+" has no sample value in the test")
+			return m
+		}
+		return v
+	})
+	return out, problems
+}
+
+// labelValues matches Grafana's label_values(selector, label) variable query.
+var labelValues = regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
+
+type dashboard struct {
+	UID        string                    `json:"uid"`
+	Title      string                    `json:"title"`
+	Panels     []panel                   `json:"panels"`
+	Templating struct{ List []variable } `json:"templating"`
+}
+
+type panel struct {
+	ID         int            `json:"id"`
+	Title      string         `json:"title"`
+	Type       string         `json:"type"`
+	Datasource map[string]any `json:"datasource"`
+	Targets    []struct {
+		Expr       string         `json:"expr"`
+		RefID      string         `json:"refId"`
+		Datasource map[string]any `json:"datasource"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"`
+}
+
+type variable struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Definition string `json:"definition"`
+}
+
+// Every dashboard is valid JSON with a unique uid, each panel queries the
+// dashboard's data source variable, and every query (panel targets and
+// label_values variables) parses as PromQL once the variables are substituted.
+func TestDashboardQueriesParse(t *testing.T) {
+	files, _ := filepath.Glob(repo("charts", "tailcut", "dashboards", "*.json"))
+	if len(files) < 3 {
+		t.Fatalf("found %d dashboards, want at least 3", len(files))
+	}
+	uids := map[string]string{}
+	queries := 0
+	for _, f := range files {
+		name := filepath.Base(f)
+		var d dashboard
+		dec := json.NewDecoder(strings.NewReader(string(mustRead(t, f))))
+		if err := dec.Decode(&d); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if d.UID == "" || d.Title == "" {
+			t.Errorf("%s: uid and title are required", name)
+		}
+		if other, dup := uids[d.UID]; dup {
+			t.Errorf("%s and %s share uid %q", name, other, d.UID)
+		}
+		uids[d.UID] = name
+		var defined []string
+		for _, v := range d.Templating.List {
+			defined = append(defined, v.Name)
+		}
+		if !slices.Contains(defined, "datasource") {
+			t.Errorf("%s: no datasource variable", name)
+		}
+		check := func(where, expr string) {
+			queries++
+			q, problems := substitute(expr, defined)
+			for _, p := range problems {
+				t.Errorf("%s: %s: %s", name, where, p)
+			}
+			if _, err := promQL.ParseExpr(q); err != nil {
+				t.Errorf("%s: %s: %v\n  query: %s", name, where, err, q)
+			}
+		}
+		for _, v := range d.Templating.List {
+			if v.Type != "query" {
+				continue
+			}
+			m := labelValues.FindStringSubmatch(v.Definition)
+			if m == nil {
+				t.Errorf("%s: variable %s: query %q is not label_values(selector, label)", name, v.Name, v.Definition)
+				continue
+			}
+			check("variable "+v.Name, m[1])
+		}
+		var walk func([]panel)
+		walk = func(ps []panel) {
+			for _, p := range ps {
+				walk(p.Panels)
+				if p.Type == "row" {
+					continue
+				}
+				if len(p.Targets) == 0 {
+					t.Errorf("%s: panel %q has no query", name, p.Title)
+				}
+				if p.Datasource["uid"] != "${datasource}" {
+					t.Errorf("%s: panel %q does not use the datasource variable: %v", name, p.Title, p.Datasource)
+				}
+				for _, tg := range p.Targets {
+					if tg.Datasource["uid"] != "${datasource}" {
+						t.Errorf("%s: panel %q query %s does not use the datasource variable", name, p.Title, tg.RefID)
+					}
+					check("panel "+p.Title+" query "+tg.RefID, tg.Expr)
+				}
+			}
+		}
+		walk(d.Panels)
+	}
+	if queries < 20 {
+		t.Errorf("parsed only %d queries", queries)
+	}
+}
+
+// The chart ships every dashboard file as a ConfigMap labelled for the Grafana
+// sidecar, byte for byte.
+func TestDashboardConfigMaps(t *testing.T) {
+	files, _ := filepath.Glob(repo("charts", "tailcut", "dashboards", "*.json"))
+	found := map[string]bool{}
+	for _, cm := range byKind(render(t, valueSets[0]), "ConfigMap") {
+		if cm.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("%s lacks the label grafana_dashboard: \"1\"", ref(cm))
+		}
+		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		for key, content := range data {
+			want, err := os.ReadFile(repo("charts", "tailcut", "dashboards", key))
+			if err != nil {
+				t.Errorf("%s has %s, which is not a dashboard file", ref(cm), key)
+				continue
+			}
+			if strings.TrimRight(string(want), "\n") != content {
+				t.Errorf("%s: %s differs from the file", ref(cm), key)
+			}
+			found[key] = true
+		}
+	}
+	for _, f := range files {
+		if !found[filepath.Base(f)] {
+			t.Errorf("no ConfigMap carries %s", filepath.Base(f))
+		}
+	}
+}
+
+// Every alert of the PrometheusRule parses as PromQL, the four alerts the
+// product promises are there, and promtool accepts the rule file.
+func TestPrometheusRuleAlerts(t *testing.T) {
+	for _, v := range valueSets {
+		rules := byKind(render(t, v), "PrometheusRule")
+		if len(rules) == 0 {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
+			var alerts []string
+			for _, g := range groups {
+				for _, r := range g.(map[string]any)["rules"].([]any) {
+					rule := r.(map[string]any)
+					alert, _ := rule["alert"].(string)
+					alerts = append(alerts, alert)
+					expr, _ := rule["expr"].(string)
+					if _, err := promQL.ParseExpr(expr); err != nil {
+						t.Errorf("alert %s: %v\n  expr: %s", alert, err, expr)
+					}
+					if !strings.Contains(expr, `namespace="`+v.namespace()+`"`) {
+						t.Errorf("alert %s is not scoped to the release's namespace: %s", alert, expr)
+					}
+				}
+			}
+			want := []string{"TailcutOperatorDown", "TailcutXDSConfigRejected", "TailcutDelayDerivationFailing", "TailcutHedgeRateAboveBudget"}
+			if !slices.Contains(v.set, "proxy.enabled=false") {
+				want = append(want, "TailcutProxiesNotProgrammed")
+			}
+			if !reflect.DeepEqual(alerts, want) {
+				t.Errorf("alerts %v, want %v", alerts, want)
+			}
+
+			// promtool also checks the annotation templates and durations.
+			b, err := yaml.Marshal(map[string]any{"groups": groups})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "rules.yaml")
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := execute(t, tool(t, "promtool"), "check", "rules", path)
+			if !strings.Contains(string(out), "SUCCESS") {
+				t.Errorf("promtool check rules:\n%s", out)
+			}
+		})
+	}
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(ja) == string(jb)
+}

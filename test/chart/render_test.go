@@ -1,0 +1,378 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chart
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// monitoringAPI is what --api-versions adds so that the chart renders its
+// Prometheus Operator resources, as on a cluster that serves them.
+const monitoringAPI = "monitoring.coreos.com/v1"
+
+// valueSet is one way to install the chart.
+type valueSet struct {
+	name string
+	// monitoring: the cluster serves monitoring.coreos.com/v1.
+	monitoring bool
+	set        []string
+	// kinds maps a kind to how many objects of it the chart must render (0:
+	// none).
+	kinds map[string]int
+}
+
+var valueSets = []valueSet{
+	{
+		// No Prometheus Operator in the cluster: no ServiceMonitor, no rule, even
+		// though monitoring.enabled is true by default.
+		name: "default",
+		kinds: map[string]int{"Deployment": 2, "Service": 3, "PodDisruptionBudget": 1, "ServiceAccount": 1,
+			"ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
+			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0,
+			"CustomResourceDefinition": 1},
+	},
+	{
+		name:       "monitoring",
+		monitoring: true,
+		kinds:      map[string]int{"Deployment": 2, "ServiceMonitor": 2, "PrometheusRule": 1, "ConfigMap": 3},
+	},
+	{
+		name:       "monitoring-off",
+		monitoring: true,
+		set:        []string{"monitoring.enabled=false", "dashboards.enabled=false"},
+		kinds:      map[string]int{"Deployment": 2, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0},
+	},
+	{
+		name:       "proxy-off",
+		monitoring: true,
+		set:        []string{"proxy.enabled=false"},
+		kinds:      map[string]int{"Deployment": 1, "Service": 1, "PodDisruptionBudget": 0, "ServiceMonitor": 1, "PrometheusRule": 1},
+	},
+	{
+		name:       "demo",
+		monitoring: true,
+		set: []string{"demo.enabled=true", "operator.prometheusURL=http://prometheus-operated.monitoring:9090",
+			"image.repository=tailcut", "image.tag=e2e", "demo.workload.image.tag=e2e"},
+		kinds: map[string]int{"Deployment": 2, "StatefulSet": 1, "Service": 5, "HedgePolicy": 1, "Job": 2,
+			"ConfigMap": 4, "ServiceMonitor": 3, "PrometheusRule": 1},
+	},
+	{
+		// High availability and scheduling knobs, without the optional roles.
+		name:       "ha",
+		monitoring: true,
+		set: []string{"operator.replicas=2", "proxy.replicas=3", "proxy.pdb.minAvailable=2",
+			"operator.nodeSelector.kubernetes\\.io/os=linux", "proxy.tolerations[0].key=dedicated",
+			"proxy.tolerations[0].operator=Exists", "proxy.tolerations[0].effect=NoSchedule",
+			"rbac.aggregateToDefaultRoles=false", "serviceAccount.name=tailcut-operator",
+			"monitoring.labels.release=kube-prometheus-stack", "monitoring.rules.hedgeRateThreshold=0.1"},
+		kinds: map[string]int{"Deployment": 2, "ClusterRole": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2},
+	},
+}
+
+// namespace is where a value set is installed.
+func (v valueSet) namespace() string { return "chart-" + v.name }
+
+func (v valueSet) args() []string {
+	var args []string
+	if v.monitoring {
+		args = append(args, "--api-versions", monitoringAPI)
+	}
+	for _, s := range v.set {
+		args = append(args, "--set", s)
+	}
+	return args
+}
+
+var (
+	renderedMu sync.Mutex
+	rendered   = map[string][]*unstructured.Unstructured{}
+)
+
+// render runs helm template for a value set, once per test binary.
+func render(t *testing.T, v valueSet) []*unstructured.Unstructured {
+	t.Helper()
+	renderedMu.Lock()
+	defer renderedMu.Unlock()
+	if objs, ok := rendered[v.name]; ok {
+		return objs
+	}
+	args := append([]string{"template", "tailcut", repo("charts", "tailcut"), "--namespace", v.namespace(), "--include-crds"}, v.args()...)
+	objs := decodeObjects(t, execute(t, tool(t, "helm"), args...))
+	rendered[v.name] = objs
+	return objs
+}
+
+func TestHelmLint(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, v := range valueSets {
+		t.Run(v.name, func(t *testing.T) {
+			// helm lint has no --api-versions: it lints the value set without the
+			// Capabilities-gated monitoring objects, which render in the tests below.
+			args := []string{"lint", "--strict", repo("charts", "tailcut"), "--namespace", v.namespace()}
+			for _, s := range v.set {
+				args = append(args, "--set", s)
+			}
+			out := execute(t, helm, args...)
+			if !strings.Contains(string(out), "0 chart(s) failed") {
+				t.Errorf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestHelmTemplateRendersTheExpectedObjects(t *testing.T) {
+	for _, v := range valueSets {
+		t.Run(v.name, func(t *testing.T) {
+			objs := render(t, v)
+			for kind, want := range v.kinds {
+				if got := len(byKind(objs, kind)); got != want {
+					t.Errorf("%d %s objects, want %d", got, kind, want)
+				}
+			}
+			for _, o := range objs {
+				if o.GetNamespace() == "" && namespaced(o.GetKind()) {
+					t.Errorf("%s has no namespace: every namespaced object must name the release namespace", ref(o))
+				}
+				if o.GetNamespace() != "" && o.GetNamespace() != v.namespace() {
+					t.Errorf("%s is outside the release namespace %s", ref(o), v.namespace())
+				}
+			}
+		})
+	}
+}
+
+// namespaced reports whether the chart's kinds are namespaced.
+func namespaced(kind string) bool {
+	return !slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}, kind)
+}
+
+// The chart's values reach the objects: a few that are easy to get wrong.
+func TestHelmValuesReachTheObjects(t *testing.T) {
+	ha := render(t, valueSets[5])
+	for _, d := range byKind(ha, "Deployment") {
+		replicas, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas")
+		if strings.HasSuffix(d.GetName(), "-proxy") && replicas != 3 || !strings.HasSuffix(d.GetName(), "-proxy") && replicas != 2 {
+			t.Errorf("%s has %d replicas", ref(d), replicas)
+		}
+	}
+	pdb := byKind(ha, "PodDisruptionBudget")[0]
+	if m, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable"); m != int64(2) {
+		t.Errorf("PDB minAvailable = %v, want 2", m)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "maxUnavailable"); found {
+		t.Errorf("PDB has both minAvailable and maxUnavailable")
+	}
+	for _, sm := range byKind(ha, "ServiceMonitor") {
+		if sm.GetLabels()["release"] != "kube-prometheus-stack" {
+			t.Errorf("%s lacks monitoring.labels", ref(sm))
+		}
+	}
+	for _, b := range byKind(ha, "ClusterRoleBinding") {
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		if name := subjects[0].(map[string]any)["name"]; name != "tailcut-operator" {
+			t.Errorf("%s binds %v, want the ServiceAccount tailcut-operator", ref(b), name)
+		}
+	}
+
+	demo := render(t, valueSets[4])
+	var args []string
+	for _, d := range byKind(demo, "Deployment") {
+		if d.GetName() == "tailcut" {
+			args = containerArgs(t, d, "manager")
+		}
+	}
+	if !slices.Contains(args, "--prometheus-url=http://prometheus-operated.monitoring:9090") || !slices.Contains(args, "--leader-elect") {
+		t.Errorf("operator args lack the Prometheus URL or leader election: %v", args)
+	}
+	// The demo's k6 run reads each workload replica's counters by its stable name.
+	for _, j := range byKind(demo, "Job") {
+		if !strings.HasSuffix(j.GetName(), "-ab") {
+			continue
+		}
+		if j.GetAnnotations()["helm.sh/hook"] != "test" {
+			t.Errorf("%s is not a Helm test hook", ref(j))
+		}
+		env := containerEnv(t, j, "k6")
+		want := "http://workload-0.workload-replicas.chart-demo.svc:8090/metrics,http://workload-1.workload-replicas.chart-demo.svc:8090/metrics,http://workload-2.workload-replicas.chart-demo.svc:8090/metrics"
+		if env["WORKLOAD_METRICS"] != want {
+			t.Errorf("WORKLOAD_METRICS = %q, want %q", env["WORKLOAD_METRICS"], want)
+		}
+		if env["TARGET_URL"] != "http://tailcut-proxy.chart-demo.svc:80" || env["HOST"] != "workload.chart-demo" {
+			t.Errorf("k6 targets %q with Host %q", env["TARGET_URL"], env["HOST"])
+		}
+	}
+}
+
+// The chart refuses values that cannot work, with a message that says why.
+func TestHelmRejectsInvalidValues(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"demo.enabled=true", "proxy.enabled=false"}, "demo.enabled needs proxy.enabled"},
+		{[]string{"operator.replicass=2"}, "additional properties 'replicass' not allowed"},
+		{[]string{"monitoring.rules.hedgeRateThreshold=5"}, "hedgeRateThreshold"},
+		{[]string{"operator.prometheusURL=prometheus:9090"}, "prometheusURL"},
+	} {
+		args := []string{"template", "tailcut", repo("charts", "tailcut")}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out, err := runCombined(tool(t, "helm"), args...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("helm template --set %v: err=%v, want an error naming %q:\n%s", tc.set, err, tc.want, out)
+		}
+	}
+}
+
+// The kustomize tree builds; config/prometheus builds on top of config/default
+// (the commented line users uncomment).
+func TestKustomizeBuild(t *testing.T) {
+	objs := kustomizeDefault(t, true)
+	for kind, want := range map[string]int{"Namespace": 1, "CustomResourceDefinition": 1, "Deployment": 1, "Service": 1,
+		"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ServiceMonitor": 1} {
+		if got := len(byKind(objs, kind)); got != want {
+			t.Errorf("%d %s objects, want %d", got, kind, want)
+		}
+	}
+	for _, o := range objs {
+		if !strings.HasPrefix(o.GetName(), "tailcut-") && o.GetKind() != "CustomResourceDefinition" {
+			t.Errorf("%s lacks the tailcut- name prefix", ref(o))
+		}
+		if namespaced(o.GetKind()) && o.GetNamespace() != "tailcut-system" {
+			t.Errorf("%s is not in tailcut-system", ref(o))
+		}
+	}
+}
+
+// kustomizeDefault builds config/default; withPrometheus also includes
+// config/prometheus, in a copy of config/ with that line uncommented.
+func kustomizeDefault(t *testing.T, withPrometheus bool) []*unstructured.Unstructured {
+	t.Helper()
+	dir := repo("config")
+	if withPrometheus {
+		dir = filepath.Join(t.TempDir(), "config")
+		if err := os.CopyFS(dir, os.DirFS(repo("config"))); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "default", "kustomization.yaml")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uncommented := strings.Replace(string(b), "#- ../prometheus", "- ../prometheus", 1)
+		if uncommented == string(b) {
+			t.Fatalf("config/default/kustomization.yaml has no '#- ../prometheus' line to uncomment")
+		}
+		if err := os.WriteFile(path, []byte(uncommented), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return decodeObjects(t, execute(t, tool(t, "kustomize"), "build", filepath.Join(dir, "default")))
+}
+
+func containerArgs(t *testing.T, o *unstructured.Unstructured, name string) []string {
+	t.Helper()
+	c := container(t, o, name)
+	var args []string
+	for _, a := range c["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	return args
+}
+
+func containerEnv(t *testing.T, o *unstructured.Unstructured, name string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range container(t, o, name)["env"].([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"].(string); ok {
+			env[m["name"].(string)] = v
+		}
+	}
+	return env
+}
+
+// container returns the named container (or init container) of a workload's
+// pod template.
+func container(t *testing.T, o *unstructured.Unstructured, name string) map[string]any {
+	t.Helper()
+	for _, field := range []string{"containers", "initContainers"} {
+		list, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", field)
+		for _, c := range list {
+			if m := c.(map[string]any); m["name"] == name {
+				return m
+			}
+		}
+	}
+	t.Fatalf("%s has no container %q", ref(o), name)
+	return nil
+}
+
+// The chart README's values table lists every value, and only real ones.
+// Objects that are passed through to Kubernetes (resources, securityContext,
+// ...) are one row each.
+func TestChartReadmeListsEveryValue(t *testing.T) {
+	var values map[string]any
+	if err := yaml.Unmarshal(mustRead(t, repo("charts", "tailcut", "values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	passThrough := []string{"resources", "podSecurityContext", "securityContext", "nodeSelector", "affinity",
+		"podAnnotations", "podLabels", "annotations", "labels", "config", "policy"}
+	var keys []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			p := strings.TrimPrefix(prefix+"."+k, ".")
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !slices.Contains(passThrough, k) {
+				walk(p, sub)
+				continue
+			}
+			keys = append(keys, p)
+		}
+	}
+	walk("", values)
+	readme := string(mustRead(t, repo("charts", "tailcut", "README.md")))
+	_, table, ok := strings.Cut(readme, "\n## Values\n")
+	if !ok {
+		t.Fatal("README.md has no '## Values' section")
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|").FindAllStringSubmatch(table, -1)
+	var listed []string
+	for _, r := range rows {
+		listed = append(listed, r[1])
+	}
+	for _, k := range keys {
+		if !slices.Contains(listed, k) {
+			t.Errorf("README.md's values table lacks %s", k)
+		}
+	}
+	for _, k := range listed {
+		if !slices.Contains(keys, k) {
+			t.Errorf("README.md lists %s, which is not in values.yaml", k)
+		}
+	}
+}
