@@ -21,7 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +28,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tailcut/tailcut/test/dashboards"
 )
 
 var promQL = parser.NewParser(parser.Options{})
@@ -47,129 +48,64 @@ var grafanaSamples = map[string]string{
 	"namespace":       "demo",
 }
 
-// $name, ${name} and ${name:format}.
-var grafanaVar = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)`)
-
-// substitute replaces Grafana variables with samples; it reports variables that
-// have no sample or that the dashboard does not define.
-func substitute(expr string, defined []string) (string, []string) {
-	var problems []string
-	out := grafanaVar.ReplaceAllStringFunc(expr, func(m string) string {
-		sub := grafanaVar.FindStringSubmatch(m)
-		name := sub[1] + sub[2]
-		if !strings.HasPrefix(name, "__") && !slices.Contains(defined, name) {
-			problems = append(problems, "$"+name+" is not a variable of the dashboard")
-		}
-		v, ok := grafanaSamples[name]
-		if !ok {
-			problems = append(problems, "$"+name+" has no sample value in the test")
-			return m
-		}
-		return v
-	})
-	return out, problems
-}
-
-// labelValues matches Grafana's label_values(selector, label) variable query.
-var labelValues = regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
-
-type dashboard struct {
-	UID        string                    `json:"uid"`
-	Title      string                    `json:"title"`
-	Panels     []panel                   `json:"panels"`
-	Templating struct{ List []variable } `json:"templating"`
-}
-
-type panel struct {
-	ID         int            `json:"id"`
-	Title      string         `json:"title"`
-	Type       string         `json:"type"`
-	Datasource map[string]any `json:"datasource"`
-	Targets    []struct {
-		Expr       string         `json:"expr"`
-		RefID      string         `json:"refId"`
-		Datasource map[string]any `json:"datasource"`
-	} `json:"targets"`
-	Panels []panel `json:"panels"`
-}
-
-type variable struct {
-	Name       string `json:"name"`
-	Type       string `json:"type"`
-	Definition string `json:"definition"`
-}
-
 // Every dashboard is valid JSON with a unique uid, each panel queries the
 // dashboard's data source variable, and every query (panel targets and
 // label_values variables) parses as PromQL once the variables are substituted.
 func TestDashboardQueriesParse(t *testing.T) {
-	files, _ := filepath.Glob(repo("charts", "tailcut", "dashboards", "*.json"))
-	if len(files) < 3 {
-		t.Fatalf("found %d dashboards, want at least 3", len(files))
+	ds, err := dashboards.Load(repo("charts", "tailcut", "dashboards"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) < 3 {
+		t.Fatalf("found %d dashboards, want at least 3", len(ds))
 	}
 	uids := map[string]string{}
 	queries := 0
-	for _, f := range files {
-		name := filepath.Base(f)
-		var d dashboard
-		dec := json.NewDecoder(strings.NewReader(string(mustRead(t, f))))
-		if err := dec.Decode(&d); err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
+	for _, d := range ds {
 		if d.UID == "" || d.Title == "" {
-			t.Errorf("%s: uid and title are required", name)
+			t.Errorf("%s: uid and title are required", d.File)
 		}
 		if other, dup := uids[d.UID]; dup {
-			t.Errorf("%s and %s share uid %q", name, other, d.UID)
+			t.Errorf("%s and %s share uid %q", d.File, other, d.UID)
 		}
-		uids[d.UID] = name
-		var defined []string
-		for _, v := range d.Templating.List {
-			defined = append(defined, v.Name)
-		}
+		uids[d.UID] = d.File
+		defined := d.VariableNames()
 		if !slices.Contains(defined, "datasource") {
-			t.Errorf("%s: no datasource variable", name)
+			t.Errorf("%s: no datasource variable", d.File)
 		}
-		check := func(where, expr string) {
+		qs, err := d.Queries()
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		panelsWithQueries := map[*dashboards.Panel]bool{}
+		for _, q := range qs {
 			queries++
-			q, problems := substitute(expr, defined)
-			for _, p := range problems {
-				t.Errorf("%s: %s: %s", name, where, p)
-			}
-			if _, err := promQL.ParseExpr(q); err != nil {
-				t.Errorf("%s: %s: %v\n  query: %s", name, where, err, q)
-			}
-		}
-		for _, v := range d.Templating.List {
-			if v.Type != "query" {
-				continue
-			}
-			m := labelValues.FindStringSubmatch(v.Definition)
-			if m == nil {
-				t.Errorf("%s: variable %s: query %q is not label_values(selector, label)", name, v.Name, v.Definition)
-				continue
-			}
-			check("variable "+v.Name, m[1])
-		}
-		var walk func([]panel)
-		walk = func(ps []panel) {
-			for _, p := range ps {
-				walk(p.Panels)
-				if p.Type == "row" {
-					continue
-				}
-				if len(p.Targets) == 0 {
-					t.Errorf("%s: panel %q has no query", name, p.Title)
-				}
+			if p := q.Panel; p != nil {
+				panelsWithQueries[p] = true
 				if p.Datasource["uid"] != "${datasource}" {
-					t.Errorf("%s: panel %q does not use the datasource variable: %v", name, p.Title, p.Datasource)
+					t.Errorf("%s: panel %q does not use the datasource variable: %v", d.File, p.Title, p.Datasource)
 				}
-				for _, tg := range p.Targets {
+			}
+			expr, problems := dashboards.Substitute(q.Expr, defined, grafanaSamples)
+			for _, p := range problems {
+				t.Errorf("%s: %s: %s", d.File, q.Where, p)
+			}
+			if _, err := promQL.ParseExpr(expr); err != nil {
+				t.Errorf("%s: %s: %v\n  query: %s", d.File, q.Where, err, expr)
+			}
+		}
+		var walk func([]dashboards.Panel)
+		walk = func(ps []dashboards.Panel) {
+			for i := range ps {
+				walk(ps[i].Panels)
+				if ps[i].Type != "row" && len(ps[i].Targets) == 0 {
+					t.Errorf("%s: panel %q has no query", d.File, ps[i].Title)
+				}
+				for _, tg := range ps[i].Targets {
 					if tg.Datasource["uid"] != "${datasource}" {
-						t.Errorf("%s: panel %q query %s does not use the datasource variable", name, p.Title, tg.RefID)
+						t.Errorf("%s: panel %q query %s does not use the datasource variable", d.File, ps[i].Title, tg.RefID)
 					}
-					check("panel "+p.Title+" query "+tg.RefID, tg.Expr)
 				}
 			}
 		}
