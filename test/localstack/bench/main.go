@@ -185,9 +185,14 @@ func markdown(rows []row, rate int, duration, sweepDur string, took time.Duratio
 
 func version(bin string, args ...string) string {
 	path := os.Getenv(strings.ToUpper(bin) + "_BIN")
-	out, err := exec.Command(path, args...).Output()
+	out, err := exec.Command(path, args...).CombinedOutput()
 	if err != nil {
 		return bin + " version unknown"
 	}
-	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			return line
+		}
+	}
+	return bin + " version unknown"
 }
