@@ -69,7 +69,8 @@ func (s *Stack) Policy(ctx context.Context) (*tailcutv1alpha1.HedgePolicy, error
 }
 
 // WaitReady sends warm-up traffic through both routes until the policy shows a
-// delay derived from Prometheus that Envoy acknowledged, reporting progress.
+// delay derived from Prometheus that Envoy acknowledged and that has not moved
+// for settleFor, reporting progress.
 func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
@@ -83,12 +84,16 @@ func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration
 		if err == nil {
 			derived := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionDelayDerived)
 			ready := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionReady)
-			line := fmt.Sprintf("waiting: DelayDerived=%v Ready=%v delay=%s (%s)", derived, ready, durationOrNone(p.Status.EffectiveDelay), p.Status.DelayReason)
+			line := fmt.Sprintf("waiting for a settled delay: DelayDerived=%v Ready=%v delay=%s (%s)", derived, ready, durationOrNone(p.Status.EffectiveDelay), p.Status.DelayReason)
 			if line != last {
 				s.logf("%s", line)
 				last = line
 			}
-			if derived && ready && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
+			// Measure only a settled controller: the delay moves by at most
+			// maxStepPercent per evaluation, so a first estimate from few samples
+			// takes a few intervals to converge.
+			settled := p.Status.LastDelayChange != nil && time.Since(p.Status.LastDelayChange.Time) >= settleFor(p)
+			if derived && ready && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus && settled {
 				return p, nil
 			}
 		}
@@ -101,6 +106,12 @@ func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// settleFor is how long the delay must stay unchanged before a run: two and a
+// half evaluation intervals.
+func settleFor(p *tailcutv1alpha1.HedgePolicy) time.Duration {
+	return p.Spec.EffectiveEvaluationInterval() * 5 / 2
 }
 
 func durationOrNone(d *metav1.Duration) string {
