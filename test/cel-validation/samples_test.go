@@ -24,8 +24,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
@@ -37,23 +35,15 @@ func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("kubectl not found in KUBEBUILDER_ASSETS (run via `make test`): %v", err)
 	}
-	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+	if err := envtestutil.WriteKubeconfig(testEnv, "admin", path); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", path}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	err := cmd.Run()
 	return out.String(), err
 }
 

@@ -34,7 +34,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
 // Pod Security labels of every namespace the tests install into: the API
@@ -237,16 +238,8 @@ func TestPodSecurityAdmissionIsEnforced(t *testing.T) {
 // monitoring.coreos.com/v1 itself (so the ServiceMonitors render without
 // --api-versions), and the NOTES render.
 func TestHelmInstallDryRunAgainstTheAPIServer(t *testing.T) {
-	user, err := testEnv.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+	if err := envtestutil.WriteKubeconfig(testEnv, "helm", path); err != nil {
 		t.Fatal(err)
 	}
 	createNamespace(t, "chart-install", nil)

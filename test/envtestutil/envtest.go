@@ -74,3 +74,17 @@ func Start(extraCRDDirs ...string) (*envtest.Environment, *rest.Config, error) {
 	}
 	return env, cfg, nil
 }
+
+// WriteKubeconfig writes a kubeconfig for a cluster-admin user of env to path,
+// for the command-line tools (kubectl, helm) and processes a test starts.
+func WriteKubeconfig(env *envtest.Environment, userName, path string) error {
+	user, err := env.AddUser(envtest.User{Name: userName, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}

@@ -100,7 +100,7 @@ func TestHedgingShortensTheTail(t *testing.T) {
 	// derived from it would drift toward the min clamp (5ms), one stuck on the p95
 	// step would sit at the slow mode (~115ms).
 	series := s.recordDelays(ctx, 5*time.Second)
-	summary, err := s.RunK6(ctx, K6Options{Rate: 170, Duration: "60s", MaxP99Ratio: 0.5, PostRate: 10}, nil)
+	r, _, err := s.RunAB(ctx, K6Options{Rate: 170, Duration: "60s", MaxP99Ratio: 0.5, PostRate: 10}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,17 +114,7 @@ func TestHedgingShortensTheTail(t *testing.T) {
 			t.Errorf("delay %v left [15ms, 60ms]: above the fast mode, well below the slow mode", d)
 		}
 	}
-	policy, err := s.Policy(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewReport(summary, policy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table strings.Builder
-	r.PrintTable(&table)
-	t.Log(table.String())
+	logTable(t, r)
 
 	bypass, hedged := r.Arms["bypass"], r.Arms["hedged"]
 	if bypass.Count < 9000 || hedged.Count < 9000 {
@@ -209,21 +199,11 @@ func TestSaturationBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	summary, err := s.RunK6(ctx, K6Options{Rate: 150, Duration: "60s", MaxP99Ratio: 1.1}, nil)
+	r, policy, err := s.RunAB(ctx, K6Options{Rate: 150, Duration: "60s", MaxP99Ratio: 1.1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := s.Policy(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewReport(summary, policy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table strings.Builder
-	r.PrintTable(&table)
-	t.Log(table.String())
+	logTable(t, r)
 	t.Logf("delay before the run: %v (%s); after: %v (%s): %s", first.Status.EffectiveDelay, first.Status.DelaySource,
 		policy.Status.EffectiveDelay, policy.Status.DelaySource, policy.Status.DelayReason)
 
@@ -238,6 +218,13 @@ func TestSaturationBacksOff(t *testing.T) {
 	if r.Arms["hedged"].P99 > 1.1*r.Arms["bypass"].P99 {
 		t.Errorf("hedged p99 %.1fms is more than 10%% worse than bypass p99 %.1fms", r.Arms["hedged"].P99, r.Arms["bypass"].P99)
 	}
+}
+
+func logTable(t *testing.T, r Report) {
+	t.Helper()
+	var table strings.Builder
+	r.PrintTable(&table)
+	t.Log(table.String())
 }
 
 // recordDelays samples the policy's effective delay every interval until the

@@ -68,40 +68,30 @@ type Report struct {
 	Reasons           []string           `json:"reasons"`
 }
 
-// NewReport combines k6's summary with the policy's status.
+// NewReport combines k6's summary, whose keys Report shares, with the policy's
+// status.
 func NewReport(summary map[string]any, policy *tailcutv1alpha1.HedgePolicy) (Report, error) {
-	var k struct {
-		Arms              map[string]Arm     `json:"arms"`
-		Ratio             map[string]float64 `json:"ratio"`
-		ExtraLoadPct      float64            `json:"extra_load_pct"`
-		DroppedIterations float64            `json:"dropped_iterations"`
-		Scenario          string             `json:"scenario"`
-		RatePerArm        float64            `json:"rate_per_arm"`
-		Duration          string             `json:"duration"`
-		PostsSent         float64            `json:"posts_sent"`
-		PostSideEffects   float64            `json:"post_side_effects"`
-		Verdict           struct {
-			Pass    bool     `json:"pass"`
-			Reasons []string `json:"reasons"`
-		} `json:"verdict"`
-	}
 	b, err := json.Marshal(summary)
 	if err != nil {
 		return Report{}, err
 	}
+	var k struct {
+		Report
+		Verdict struct {
+			Pass    bool     `json:"pass"`
+			Reasons []string `json:"reasons"`
+		} `json:"verdict"`
+	}
 	if err := json.Unmarshal(b, &k); err != nil {
 		return Report{}, fmt.Errorf("reading the k6 summary: %w", err)
 	}
-	r := Report{
-		Arms: k.Arms, Ratio: k.Ratio, ExtraLoadPct: k.ExtraLoadPct, DroppedIterations: k.DroppedIterations,
-		Scenario: k.Scenario, RatePerArm: k.RatePerArm, Duration: k.Duration, PostsSent: k.PostsSent,
-		PostSideEffects: k.PostSideEffects, Pass: k.Verdict.Pass, Reasons: k.Verdict.Reasons,
-		BudgetPct:   policy.Spec.EffectiveBudget().MaxExtraLoadPercent,
-		DelayReason: policy.Status.DelayReason, DelaySource: string(policy.Status.DelaySource),
-	}
+	r := k.Report
+	r.Pass, r.Reasons = k.Verdict.Pass, k.Verdict.Reasons
 	if r.Reasons == nil {
 		r.Reasons = []string{}
 	}
+	r.BudgetPct = policy.Spec.EffectiveBudget().MaxExtraLoadPercent
+	r.DelayReason, r.DelaySource = policy.Status.DelayReason, string(policy.Status.DelaySource)
 	if d := policy.Status.EffectiveDelay; d != nil {
 		r.DelayMS = float64(d.Microseconds()) / 1000
 	}

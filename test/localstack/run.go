@@ -201,6 +201,21 @@ func (s *Stack) RunK6(ctx context.Context, o K6Options, stdout io.Writer) (map[s
 	return summary, nil
 }
 
+// RunAB runs the k6 A/B and returns its report together with the policy as it
+// stood at the end of the run.
+func (s *Stack) RunAB(ctx context.Context, o K6Options, stdout io.Writer) (Report, *tailcutv1alpha1.HedgePolicy, error) {
+	summary, err := s.RunK6(ctx, o, stdout)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	policy, err := s.Policy(ctx)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	r, err := NewReport(summary, policy)
+	return r, policy, err
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""

@@ -172,16 +172,8 @@ func (s *Stack) buildBinaries(ctx context.Context) error {
 }
 
 func (s *Stack) writeKubeconfig() (string, error) {
-	user, err := s.env.AddUser(envtest.User{Name: "tailcut-demo", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return "", err
-	}
-	b, err := user.KubeConfig()
-	if err != nil {
-		return "", err
-	}
 	path := s.dir("kubeconfig")
-	return path, os.WriteFile(path, b, 0o600)
+	return path, envtestutil.WriteKubeconfig(s.env, "tailcut-demo", path)
 }
 
 func (s *Stack) startWorkloads(ctx context.Context) error {

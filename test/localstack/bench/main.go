@@ -104,15 +104,7 @@ func benchScenario(ctx context.Context, sc localstack.Scenario, duration, sweepD
 	var rows []row
 	measure := func(label, d string) error {
 		logf("%s: k6 %s with delay %s", sc.Name, d, label)
-		summary, err := stack.RunK6(ctx, localstack.K6Options{Rate: rate, Duration: d, MaxP99Ratio: 0.5}, nil)
-		if err != nil {
-			return err
-		}
-		p, err := stack.Policy(ctx)
-		if err != nil {
-			return err
-		}
-		r, err := localstack.NewReport(summary, p)
+		r, _, err := stack.RunAB(ctx, localstack.K6Options{Rate: rate, Duration: d, MaxP99Ratio: 0.5}, nil)
 		if err != nil {
 			return err
 		}

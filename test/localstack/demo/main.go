@@ -94,15 +94,7 @@ func run() error {
 		return err
 	}
 	logf("running k6 for %s at %d rps per arm", *duration, *rate)
-	summary, err := stack.RunK6(ctx, localstack.K6Options{Rate: *rate, Duration: *duration, MaxP99Ratio: *ratio}, os.Stdout)
-	if err != nil {
-		return err
-	}
-	policy, err := stack.Policy(ctx)
-	if err != nil {
-		return err
-	}
-	report, err := localstack.NewReport(summary, policy)
+	report, _, err := stack.RunAB(ctx, localstack.K6Options{Rate: *rate, Duration: *duration, MaxP99Ratio: *ratio}, os.Stdout)
 	if err != nil {
 		return err
 	}
