@@ -25,9 +25,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+
+	"github.com/tailcut/tailcut/test/dashboards"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/localstack"
 )
@@ -42,11 +47,12 @@ func main() {
 func run() error {
 	ports := localstack.DefaultPorts()
 	var (
-		duration = flag.String("duration", "60s", "length of the measured k6 run")
-		scenario = flag.String("scenario", "bimodal", "workload model: bimodal, bimodal3, lognormal, stall, badhost or saturation")
-		rate     = flag.Int("rate", 150, "requests per second per arm")
-		out      = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "_output", "demo"), "directory for logs and the report")
-		ratio    = flag.Float64("max-p99-ratio", 0.5, "pass when hedged p99 <= this x bypass p99")
+		duration       = flag.String("duration", "60s", "length of the measured k6 run")
+		scenario       = flag.String("scenario", "bimodal", "workload model: bimodal, bimodal3, lognormal, stall, badhost or saturation")
+		rate           = flag.Int("rate", 150, "requests per second per arm")
+		out            = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "_output", "demo"), "directory for logs and the report")
+		ratio          = flag.Float64("max-p99-ratio", 0.5, "pass when hedged p99 <= this x bypass p99")
+		drawDashboards = flag.Bool("dashboards", true, "draw the chart's Grafana dashboards from the stack's Prometheus into -out")
 	)
 	flag.IntVar(&ports.Listener, "listener-port", ports.Listener, "Envoy listener port")
 	flag.IntVar(&ports.Admin, "admin-port", ports.Admin, "Envoy admin port")
@@ -86,6 +92,7 @@ func run() error {
 		stack.Stop()
 	}()
 
+	trafficStart := time.Now()
 	if _, err := stack.ApplyPolicy(ctx, nil); err != nil {
 		return fmt.Errorf("applying the HedgePolicy: %w", err)
 	}
@@ -103,8 +110,41 @@ func run() error {
 		return err
 	}
 	logf("wrote %s and %s", filepath.Join(*out, "report.json"), filepath.Join(*out, "report.html"))
+	if *drawDashboards {
+		if err := renderDashboards(ctx, ports.Prometheus, trafficStart, *out, logf); err != nil {
+			return err
+		}
+	}
 	if !report.Pass && sc.HedgingHelps {
 		return fmt.Errorf("the hedged tail was not shorter: %v", report.Reasons)
 	}
 	return nil
+}
+
+// renderDashboards draws the chart's dashboards from warm-up to the end of the
+// A/B run, since no Grafana runs here. The variables are the ones the local
+// stack's e2e test checks the queries with, except the rate window: Grafana's
+// $__rate_interval would be 8s (four 2s scrapes); 10s spans two 5s steps, which
+// smooths a short run's noise without hiding the warm-up's steps.
+func renderDashboards(ctx context.Context, prometheusPort int, from time.Time, out string, logf func(string, ...any)) error {
+	client, err := promapi.NewClient(promapi.Config{Address: fmt.Sprintf("http://127.0.0.1:%d", prometheusPort)})
+	if err != nil {
+		return err
+	}
+	// Prometheus has the run's last seconds after one more scrape.
+	time.Sleep(3 * time.Second)
+	window := dashboards.Window{Start: from, End: time.Now(), Step: 5 * time.Second}
+	values := map[string]string{
+		"__rate_interval": "10s", "__interval": "5s", "__range": fmt.Sprintf("%ds", int(window.End.Sub(from).Seconds())), "datasource": "prometheus",
+		"policy": localstack.Namespace + "/" + localstack.PolicyName, "cluster": fmt.Sprintf("tailcut_%s_%s_%d", localstack.Namespace, localstack.Service, localstack.Port),
+		"quantile": "0.95", "budget": "0.05", "namespace": localstack.Namespace,
+	}
+	rendered, err := dashboards.RenderAll(ctx, promv1.NewAPI(client), filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards"), values, window, out)
+	for _, r := range rendered {
+		logf("wrote %s", r.Path)
+		if len(r.NoData) > 0 {
+			logf("  panels with no data: %s", strings.Join(r.NoData, ", "))
+		}
+	}
+	return err
 }
