@@ -155,9 +155,18 @@ helm-lint: ## helm lint the chart with its default values and with the demo on.
 	helm=$$($(TOOLS) helm); $$helm lint --strict charts/tailcut; \
 	$$helm lint --strict charts/tailcut --set demo.enabled=true
 
+.PHONY: docker-base-images
+docker-base-images: ## Offline only: build local stand-ins for the Dockerfile's base images (golang, distroless) when no registry is reachable.
+	hack/kind-offline/docker-engine.sh
+	hack/kind-offline/app-images.sh bases
+
+.PHONY: kind-images
+kind-images: ## Get every kind e2e image ready: pulled online, built from Debian/Go/PyPI offline (KIND_E2E_IMAGES=auto|online|offline).
+	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) hack/kind-e2e.sh images
+
 .PHONY: kind-e2e
-kind-e2e: ## Needs Docker and the internet: kind cluster, images, kube-prometheus-stack, tailcut with the demo, k6 A/B verdict.
-	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) CONTAINER_TOOL=$(CONTAINER_TOOL) hack/kind-e2e.sh
+kind-e2e: ## Real kind cluster: images (online or offline), prometheus-operator, helm install with the demo, k6 A/B verdict, targets, dashboards.
+	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) hack/kind-e2e.sh
 
 .PHONY: kind-clean
 kind-clean: ## Delete the kind e2e cluster.

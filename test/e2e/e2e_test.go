@@ -17,11 +17,13 @@ limitations under the License.
 */
 
 // Package e2e checks tailcut installed by Helm in a real cluster: hack/kind-e2e.sh
-// creates a kind cluster, installs kube-prometheus-stack and the chart with its
-// demo, and runs these tests (go test -tags e2e ./test/e2e). They wait for the
-// demo HedgePolicy to be Ready with a delay derived from Prometheus, run the k6
-// A/B Job (helm test), print the same A/B table as `make demo`, fail when the
-// tail did not get shorter, and run every dashboard query against Prometheus.
+// creates a kind cluster, installs prometheus-operator, a Prometheus and the
+// chart with its demo, and runs these tests (go test -tags e2e ./test/e2e).
+// They wait for the demo HedgePolicy to be Ready with a delay derived from
+// Prometheus and programmed into Envoy, run the k6 A/B Job (helm test), print
+// the same A/B table as `make demo`, fail when the tail did not get shorter,
+// check that Prometheus scrapes every ServiceMonitor of the chart, and run
+// every dashboard query against Prometheus.
 package e2e
 
 import (
@@ -32,20 +34,26 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/test/dashboards"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/localstack"
 )
@@ -146,13 +154,18 @@ func TestKind(t *testing.T) {
 		}
 	})
 
+	prom := prometheus(t, cfg, s.monitoring)
+	t.Run("Prometheus scrapes every ServiceMonitor of the chart", func(t *testing.T) {
+		checkTargets(ctx, t, c, prom, s.namespace)
+	})
 	t.Run("every dashboard query returns data", func(t *testing.T) {
-		checkDashboards(ctx, t, cs, s)
+		checkDashboards(ctx, t, prom, s)
 	})
 }
 
 // waitForPolicy waits until the demo policy is Ready with a delay derived from
-// Prometheus (the warm-up Job sends the traffic it is derived from).
+// Prometheus (the warm-up Job sends the traffic it is derived from) and an
+// Envoy proxy acknowledged its configuration.
 func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string) *tailcutv1alpha1.HedgePolicy {
 	t.Helper()
 	deadline := time.Now().Add(8 * time.Minute)
@@ -163,8 +176,11 @@ func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string
 		line := fmt.Sprint(err)
 		if err == nil {
 			ready := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionReady)
-			line = fmt.Sprintf("Ready=%v source=%s delay=%v: %s", ready, p.Status.DelaySource, p.Status.EffectiveDelay, p.Status.DelayReason)
-			if ready && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
+			programmed := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+			acked := p.Status.Proxies != nil && p.Status.Proxies.Programmed > 0
+			line = fmt.Sprintf("Ready=%v Programmed=%v proxies=%+v source=%s delay=%v: %s",
+				ready, programmed, p.Status.Proxies, p.Status.DelaySource, p.Status.EffectiveDelay, p.Status.DelayReason)
+			if ready && programmed && acked && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
 				t.Logf("policy %s/%s: %s", ns, policyName, line)
 				return &p
 			}
@@ -215,95 +231,119 @@ func summaryJSON(t *testing.T, logs string) map[string]any {
 	return m
 }
 
-var grafanaVar = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)`)
+// prometheus is a client for the cluster's Prometheus (the prometheus-operated
+// Service), reached through the API server's service proxy.
+func prometheus(t *testing.T, cfg *rest.Config, ns string) promv1.API {
+	t.Helper()
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := promapi.NewClient(promapi.Config{
+		Address:      strings.TrimSuffix(cfg.Host, "/") + "/api/v1/namespaces/" + ns + "/services/prometheus-operated:web/proxy",
+		RoundTripper: rt,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return promv1.NewAPI(c)
+}
 
-// Queries that have no series until something goes wrong: no NACK and no
-// estimator error is the healthy state.
-var mayBeEmpty = []string{"tailcut_xds_nacks_total", "tailcut_estimate_errors_total"}
+// checkTargets fails unless every ServiceMonitor the chart installed has at
+// least one target and all its targets are up.
+func checkTargets(ctx context.Context, t *testing.T, c client.Client, prom promv1.API, ns string) {
+	t.Helper()
+	var sms unstructured.UnstructuredList
+	sms.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitorList"})
+	if err := c.List(ctx, &sms, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing ServiceMonitors: %v", err)
+	}
+	if len(sms.Items) == 0 {
+		t.Fatalf("the chart installed no ServiceMonitor in %s", ns)
+	}
+	// Prometheus discovers a new target within a few scrape intervals.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		targets, err := prom.Targets(ctx)
+		if err != nil {
+			t.Fatalf("targets: %v", err)
+		}
+		var problems []string
+		for _, sm := range sms.Items {
+			pool := "serviceMonitor/" + ns + "/" + sm.GetName() + "/"
+			up, total := 0, 0
+			for _, tg := range targets.Active {
+				if !strings.HasPrefix(tg.ScrapePool, pool) {
+					continue
+				}
+				total++
+				if tg.Health == promv1.HealthGood {
+					up++
+				} else {
+					problems = append(problems, fmt.Sprintf("%s: %s is %s: %s", sm.GetName(), tg.ScrapeURL, tg.Health, tg.LastError))
+				}
+			}
+			if total == 0 {
+				problems = append(problems, sm.GetName()+": no target")
+			}
+			if len(problems) == 0 || time.Now().After(deadline) {
+				t.Logf("ServiceMonitor %s: %d of %d targets up", sm.GetName(), up, total)
+			}
+		}
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ServiceMonitor targets not up after 2 minutes:\n  %s", strings.Join(problems, "\n  "))
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
 
-// checkDashboards runs every panel query of the chart's dashboards against the
-// cluster's Prometheus (through the API server's service proxy) and fails on
-// an error or, while the traffic of the A/B run is still in the window, on an
-// empty result.
-func checkDashboards(ctx context.Context, t *testing.T, cs kubernetes.Interface, s settings) {
-	samples := map[string]string{
-		"__rate_interval": "2m", "__interval": "30s", "__range": "15m",
+// checkDashboards runs every query of the chart's dashboards against the
+// cluster's Prometheus and fails on an error or, while the traffic of the A/B
+// run is still in the window, on an empty result. Only NACKs and estimator
+// errors may be empty in a healthy run.
+func checkDashboards(ctx context.Context, t *testing.T, prom promv1.API, s settings) {
+	t.Helper()
+	ds, err := dashboards.Load(filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{
+		"__rate_interval": "2m", "__interval": "30s", "__range": "15m", "datasource": "prometheus",
 		"policy":    s.namespace + "/" + policyName,
 		"cluster":   fmt.Sprintf("tailcut_%s_%s_80", s.namespace, policyName),
 		"quantile":  "0.95",
 		"budget":    "0.05",
 		"namespace": s.namespace,
 	}
-	files, _ := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards", "*.json"))
-	for _, f := range files {
-		var d struct {
-			Panels []struct {
-				Title   string `json:"title"`
-				Targets []struct {
-					Expr  string `json:"expr"`
-					RefID string `json:"refId"`
-				} `json:"targets"`
-			} `json:"panels"`
-		}
-		b, err := os.ReadFile(f)
+	ran := 0
+	for _, d := range ds {
+		qs, err := d.Queries()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal(b, &d); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, p := range d.Panels {
-			for _, tg := range p.Targets {
-				q := grafanaVar.ReplaceAllStringFunc(tg.Expr, func(m string) string {
-					sub := grafanaVar.FindStringSubmatch(m)
-					if v, ok := samples[sub[1]+sub[2]]; ok {
-						return v
-					}
-					t.Errorf("%s: panel %q: no sample for %s", filepath.Base(f), p.Title, m)
-					return m
-				})
-				n, err := instantQuery(ctx, cs, s.monitoring, q)
-				where := fmt.Sprintf("%s: panel %q query %s", filepath.Base(f), p.Title, tg.RefID)
-				switch {
-				case err != nil:
-					t.Errorf("%s: %v\n  %s", where, err, q)
-				case n == 0 && !containsAny(q, mayBeEmpty):
-					t.Errorf("%s returned no data while traffic flowed:\n  %s", where, q)
-				}
+		for _, q := range qs {
+			expr, problems := dashboards.Substitute(q.Expr, d.VariableNames(), values)
+			if len(problems) > 0 {
+				t.Errorf("%s: %s: %v", q.Dashboard, q.Where, problems)
+				continue
+			}
+			v, _, err := prom.Query(ctx, expr, time.Now())
+			ran++
+			if err != nil {
+				t.Errorf("%s: %s: %v\n  query: %s", q.Dashboard, q.Where, err, expr)
+				continue
+			}
+			mayBeEmpty := strings.Contains(expr, "nacks_total") || strings.Contains(expr, "estimate_errors_total")
+			if vec, ok := v.(model.Vector); ok && len(vec) == 0 && !mayBeEmpty {
+				t.Errorf("%s: %s returned no data while traffic flowed\n  query: %s", q.Dashboard, q.Where, expr)
 			}
 		}
 	}
-}
-
-// instantQuery runs a PromQL query on prometheus-operated and returns the number
-// of series in the result.
-func instantQuery(ctx context.Context, cs kubernetes.Interface, ns, q string) (int, error) {
-	b, err := cs.CoreV1().Services(ns).ProxyGet("http", "prometheus-operated", "9090", "api/v1/query",
-		map[string]string{"query": q}).DoRaw(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("query: %w: %s", err, b)
+	if ran == 0 {
+		t.Fatal("the chart's dashboards have no queries")
 	}
-	var resp struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []json.RawMessage `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(b, &resp); err != nil {
-		return 0, err
-	}
-	if resp.Status != "success" {
-		return 0, fmt.Errorf("prometheus: %s", resp.Error)
-	}
-	return len(resp.Data.Result), nil
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, x := range subs {
-		if strings.Contains(s, x) {
-			return true
-		}
-	}
-	return false
+	t.Logf("ran %d dashboard queries against Prometheus", ran)
 }
