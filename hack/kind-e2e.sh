@@ -145,7 +145,7 @@ create_cluster() {
 	# The pod network: one node, so a ptp CNI config with host-local
 	# addresses from the node's pod CIDR is all it takes (kindnetd is
 	# disabled in hack/kind-config.yaml).
-	docker exec -i "$NODE" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-tailcut-ptp.conflist' <hack/kind-cni.conflist
+	docker exec -i "$NODE" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-tailcut-ptp.conflist' <hack/kind-offline/node/cni.conflist
 	"$KUBECTL" wait --for=condition=Ready "node/$NODE" --timeout=3m >&2
 	"$KUBECTL" -n kube-system rollout status deploy/coredns --timeout=3m >&2
 	ko_took "cluster" "$t0"

@@ -77,6 +77,7 @@ ko_rootfs() {
 	t0=$(ko_now)
 	mkdir -p "$KO_CACHE/rootfs"
 	dir=$(mktemp -d "$KO_CACHE/rootfs/.$name.XXXXXX")
+	chmod 0755 "$dir" # mktemp -d makes it 0700, and it becomes the image's "/"
 	ko_log "debootstrap $DEBIAN_SUITE minbase for $name ($pkgs)"
 	if ! debootstrap --variant=minbase --include="$pkgs" "$DEBIAN_SUITE" "$dir" "$(ko_debian_mirror)" >"$dir.log" 2>&1; then
 		tail -20 "$dir.log" >&2
@@ -84,7 +85,10 @@ ko_rootfs() {
 		ko_die "debootstrap of $name failed (log: $dir.log)"
 	fi
 	if [[ -n $setup ]]; then
-		bash "$setup" "$dir" || ko_die "setup of rootfs $name failed"
+		bash "$setup" "$dir" >&2 || {
+			rm -rf "$dir"
+			ko_die "setup of rootfs $name failed"
+		}
 	fi
 	# Package caches and logs make the image bigger and change nothing.
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/var/log/* "$dir"/tmp/*
