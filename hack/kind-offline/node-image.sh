@@ -9,7 +9,7 @@
 # Why: `kind build node-image` and kind's base image pull from registries
 # (debian, etcd, coredns, pause, kindnetd, local-path-provisioner). Offline,
 # only the Debian archive and the Go module proxy answer, so this script
-# does kind's work from those (see /work/shared/KIND-OFFLINE.md):
+# does kind's work from those (see ../shared/KIND-OFFLINE.md beside the checkout):
 #   1. in parallel (2 cores: the go builds share the CPU, debootstrap is
 #      mostly network):
 #      - one `go build` of kubeadm, kubelet, kubectl, kube-apiserver,
@@ -33,7 +33,7 @@
 # /usr/local/sbin/runc (see below).
 #
 # Cache (${TAILCUT_CACHE:-~/.cache/tailcut}/kind-offline): keys are ko_key of
-# the pins, lib.sh, the Go version and: for binaries, the functions here that
+# the pins, the Go version and: for binaries, the functions here that
 # build them; for the node image, this script, the node/ files it uses and
 # the runc wrapper decision. node/smoke-test.sh checks a built image in a
 # throwaway cluster.

@@ -164,8 +164,8 @@ func TestKind(t *testing.T) {
 }
 
 // waitForPolicy waits until the demo policy is Ready with a delay derived from
-// Prometheus (the warm-up Job sends the traffic it is derived from) and an
-// Envoy proxy acknowledged its configuration.
+// Prometheus (the warm-up Job sends the traffic it is derived from), settled,
+// and an Envoy proxy acknowledged its configuration.
 func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string) *tailcutv1alpha1.HedgePolicy {
 	t.Helper()
 	deadline := time.Now().Add(8 * time.Minute)
@@ -178,10 +178,11 @@ func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string
 			ready := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionReady)
 			programmed := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionProgrammed)
 			acked := p.Status.Proxies != nil && p.Status.Proxies.Programmed > 0
-			line = fmt.Sprintf("Ready=%v Programmed=%v proxies=%+v source=%s delay=%v: %s",
-				ready, programmed, p.Status.Proxies, p.Status.DelaySource, p.Status.EffectiveDelay, p.Status.DelayReason)
-			if ready && programmed && acked && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
-				t.Logf("policy %s/%s: %s", ns, policyName, line)
+			line = fmt.Sprintf("Ready=%v Programmed=%v proxies=%+v source=%s delay=%v settled=%v",
+				ready, programmed, p.Status.Proxies, p.Status.DelaySource, p.Status.EffectiveDelay, localstack.Settled(&p))
+			settled := localstack.Settled(&p)
+			if ready && programmed && acked && settled && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
+				t.Logf("policy %s/%s: %s: %s", ns, policyName, line, p.Status.DelayReason)
 				return &p
 			}
 		}

@@ -70,7 +70,7 @@ func (s *Stack) Policy(ctx context.Context) (*tailcutv1alpha1.HedgePolicy, error
 
 // WaitReady sends warm-up traffic through both routes until the policy shows a
 // delay derived from Prometheus that Envoy acknowledged and that has not moved
-// for settleFor, reporting progress.
+// for Settled, reporting progress.
 func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
@@ -92,7 +92,7 @@ func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration
 			// Measure only a settled controller: the delay moves by at most
 			// maxStepPercent per evaluation, so a first estimate from few samples
 			// takes a few intervals to converge.
-			settled := p.Status.LastDelayChange != nil && time.Since(p.Status.LastDelayChange.Time) >= settleFor(p)
+			settled := Settled(p)
 			if derived && ready && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus && settled {
 				return p, nil
 			}
@@ -108,10 +108,12 @@ func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration
 	}
 }
 
-// settleFor is how long the delay must stay unchanged before a run: two and a
-// half evaluation intervals.
-func settleFor(p *tailcutv1alpha1.HedgePolicy) time.Duration {
-	return p.Spec.EffectiveEvaluationInterval() * 5 / 2
+// Settled reports whether the delay has stayed unchanged for two and a half
+// evaluation intervals: the step limit moves it at most once per interval, so
+// a run measured earlier may see a delay still on its way.
+func Settled(p *tailcutv1alpha1.HedgePolicy) bool {
+	return p.Status.LastDelayChange != nil &&
+		time.Since(p.Status.LastDelayChange.Time) >= p.Spec.EffectiveEvaluationInterval()*5/2
 }
 
 func durationOrNone(d *metav1.Duration) string {
