@@ -40,7 +40,6 @@ import (
 
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	"github.com/prometheus/common/model"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -307,10 +306,6 @@ func checkTargets(ctx context.Context, t *testing.T, c client.Client, prom promv
 // errors may be empty in a healthy run.
 func checkDashboards(ctx context.Context, t *testing.T, prom promv1.API, s settings) {
 	t.Helper()
-	ds, err := dashboards.Load(filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	values := map[string]string{
 		"__rate_interval": "2m", "__interval": "30s", "__range": "15m", "datasource": "prometheus",
 		"policy":    s.namespace + "/" + policyName,
@@ -319,29 +314,13 @@ func checkDashboards(ctx context.Context, t *testing.T, prom promv1.API, s setti
 		"budget":    "0.05",
 		"namespace": s.namespace,
 	}
-	ran := 0
-	for _, d := range ds {
-		qs, err := d.Queries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range qs {
-			expr, problems := dashboards.Substitute(q.Expr, d.VariableNames(), values)
-			if len(problems) > 0 {
-				t.Errorf("%s: %s: %v", q.Dashboard, q.Where, problems)
-				continue
-			}
-			v, _, err := prom.Query(ctx, expr, time.Now())
-			ran++
-			if err != nil {
-				t.Errorf("%s: %s: %v\n  query: %s", q.Dashboard, q.Where, err, expr)
-				continue
-			}
-			mayBeEmpty := strings.Contains(expr, "nacks_total") || strings.Contains(expr, "estimate_errors_total")
-			if vec, ok := v.(model.Vector); ok && len(vec) == 0 && !mayBeEmpty {
-				t.Errorf("%s: %s returned no data while traffic flowed\n  query: %s", q.Dashboard, q.Where, expr)
-			}
-		}
+	dir := filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards")
+	ran, failures, err := dashboards.CheckQueries(ctx, prom, dir, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range failures {
+		t.Error(f)
 	}
 	if ran == 0 {
 		t.Fatal("the chart's dashboards have no queries")

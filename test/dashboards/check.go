@@ -1,0 +1,68 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package dashboards
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+)
+
+// MayBeEmpty reports whether a query may return nothing in a healthy run: no
+// NACK and no estimator error is the healthy state.
+func MayBeEmpty(expr string) bool {
+	return strings.Contains(expr, "nacks_total") || strings.Contains(expr, "estimate_errors_total")
+}
+
+// CheckQueries runs every query of the dashboards in dir as an instant query
+// now, with values for Grafana's variables, and returns how many ran and one
+// line per query that failed or, while traffic flows, returned no data.
+func CheckQueries(ctx context.Context, api promv1.API, dir string, values map[string]string) (int, []string, error) {
+	ds, err := Load(dir)
+	if err != nil {
+		return 0, nil, err
+	}
+	ran := 0
+	var failures []string
+	for _, d := range ds {
+		qs, err := d.Queries()
+		if err != nil {
+			return ran, failures, err
+		}
+		for _, q := range qs {
+			expr, problems := Substitute(q.Expr, d.VariableNames(), values)
+			if len(problems) > 0 {
+				failures = append(failures, fmt.Sprintf("%s: %s: %v", q.Dashboard, q.Where, problems))
+				continue
+			}
+			v, _, err := api.Query(ctx, expr, time.Now())
+			ran++
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("%s: %s: %v\n  query: %s", q.Dashboard, q.Where, err, expr))
+				continue
+			}
+			if vec, ok := v.(model.Vector); ok && len(vec) == 0 && !MayBeEmpty(expr) {
+				failures = append(failures, fmt.Sprintf("%s: %s returned no data while traffic flowed\n  query: %s", q.Dashboard, q.Where, expr))
+			}
+		}
+	}
+	return ran, failures, nil
+}
