@@ -362,7 +362,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 			t.Errorf("config_dump lacks %s", want)
 		}
 	}
-	cluster := ClusterName("e2e", "web", 80)
+	cluster := plan.ClusterName("e2e", "web", 80)
 
 	// (b) Hedged GETs never wait for the slow backend.
 	retry0, total0 := c.counter("cluster."+cluster+".upstream_rq_retry"), c.counter("cluster."+cluster+".upstream_rq_total")
@@ -395,7 +395,10 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	})
 	t.Logf("slow backend: %d GET attempts, %d cancelled by Envoy", slow.count("GET"), slow.cancelled.Load())
 
-	// (e) POST is not hedged: each reaches the backends exactly once.
+	// (e) POST is not hedged: each reaches the backends exactly once, through
+	// the bypass cluster, so the hedged cluster's stats, which the estimator
+	// reads, describe only the hedged route.
+	hedgedTotal := c.counter("cluster." + cluster + ".upstream_rq_total")
 	const posts = 9
 	var postLat latencies
 	for range posts {
@@ -433,11 +436,14 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if slices.Min(bypassSlow) < slowDelay {
 		t.Errorf("a bypass GET to the slow backend took %s, less than its %s: it was hedged", slices.Min(bypassSlow), slowDelay)
 	}
-	if n := c.counter("cluster." + BypassClusterName("e2e", "web", 80) + ".upstream_rq_retry"); n != 0 {
+	if n := c.counter("cluster." + plan.BypassClusterName("e2e", "web", 80) + ".upstream_rq_retry"); n != 0 {
 		t.Errorf("bypass cluster upstream_rq_retry = %d, want 0", n)
 	}
-	if n := c.counter("cluster." + BypassClusterName("e2e", "web", 80) + ".upstream_rq_total"); n != 6 {
-		t.Errorf("bypass cluster upstream_rq_total = %d, want 6", n)
+	if n := c.counter("cluster." + plan.BypassClusterName("e2e", "web", 80) + ".upstream_rq_total"); n != posts+6 {
+		t.Errorf("bypass cluster upstream_rq_total = %d, want %d POSTs + 6 bypass GETs", n, posts)
+	}
+	if n := c.counter("cluster." + cluster + ".upstream_rq_total"); n != hedgedTotal {
+		t.Errorf("hedged cluster upstream_rq_total went from %d to %d on POSTs and bypass GETs: the estimator would read them", hedgedTotal, n)
 	}
 	// The bootstrap's fine buckets reach Prometheus under envoy_cluster_name.
 	prom := c.adminGet("/stats/prometheus")

@@ -90,39 +90,10 @@ type Resources struct {
 	Endpoints []*endpointv3.ClusterLoadAssignment
 }
 
-// ClusterName is the Envoy cluster of a Service port's hedged and unhedged
-// routes: tailcut_<namespace>_<service>_<port>.
-//
-// The name has no dots, so Envoy's tag extraction (which cuts the cluster name
-// at the first dot) gives it whole to Prometheus as envoy_cluster_name, and no
-// "|" that would need escaping in PromQL regex matchers. Namespaces and Service
-// names are DNS labels, which never contain "_", so the name is unambiguous.
-//
-// What the estimator can read from this cluster:
-//   - upstream_rq_retry is the number of hedges (and retries on retry_on
-//     conditions); upstream_rq_total counts every attempt, hedges included, so
-//     the hedge rate is upstream_rq_retry / (upstream_rq_total - upstream_rq_retry).
-//   - upstream_rq_time is CENSORED: Envoy resets the losing attempts, so slow
-//     first attempts never record their latency. A delay derived from it drifts
-//     down. Use BypassClusterName for the latency quantile.
-func ClusterName(namespace, service string, port int32) string {
-	return fmt.Sprintf("tailcut_%s_%s_%d", namespace, service, port)
-}
-
-// BypassClusterName is the cluster of the bypass route (requests carrying
-// plan.BypassHeader): the same endpoints as ClusterName, never hedged, under its
-// own name so its stats stay apart. Its upstream_rq_time is the uncensored
-// latency to derive the delay from, e.g.
-//
-//	histogram_quantile(0.95, sum by (le) (rate(
-//	  envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_web_80_bypass"}[2m])))
-func BypassClusterName(namespace, service string, port int32) string {
-	return ClusterName(namespace, service, port) + "_bypass"
-}
-
 // Translate renders the plans into Envoy resources: one listener, one route
 // configuration with a virtual host per plan, and a hedged and a bypass cluster
-// (with their endpoints) per plan. Every resource passes its proto validation.
+// (with their endpoints) per plan (plan.ClusterName, plan.BypassClusterName).
+// Every resource passes its proto validation.
 func Translate(plans []plan.RoutePlan, opts TranslateOptions) (*Resources, error) {
 	opts = opts.withDefaults()
 	plans, err := plan.PrepareSet(plans)
@@ -157,7 +128,7 @@ func Translate(plans []plan.RoutePlan, opts TranslateOptions) (*Resources, error
 	}
 	for _, p := range plans {
 		res.Routes[0].VirtualHosts = append(res.Routes[0].VirtualHosts, virtualHost(p))
-		for _, name := range []string{ClusterName(p.Namespace, p.Service, p.Port), BypassClusterName(p.Namespace, p.Service, p.Port)} {
+		for _, name := range []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)} {
 			res.Clusters = append(res.Clusters, cluster(name, p.Budget))
 			res.Endpoints = append(res.Endpoints, loadAssignment(name, p.Endpoints))
 		}
@@ -168,17 +139,20 @@ func Translate(plans []plan.RoutePlan, opts TranslateOptions) (*Resources, error
 	return res, nil
 }
 
+// virtualHost gives the hedged route a cluster of its own: the estimator reads
+// that cluster's stats, so every other request (the bypass header, other
+// methods and paths) goes to the bypass cluster.
 func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
-	cluster := ClusterName(p.Namespace, p.Service, p.Port)
+	bypass := unhedged(plan.BypassClusterName(p.Namespace, p.Service, p.Port))
 	prefix := p.Match.PathPrefix
 	routes := []*routev3.Route{
-		route(p.Name+"/bypass", prefix, []*routev3.HeaderMatcher{exactHeader(plan.BypassHeader, "1")},
-			unhedged(BypassClusterName(p.Namespace, p.Service, p.Port))),
-		route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)}, hedged(cluster, p.Hedge)),
-		route(p.Name+"/unhedged", prefix, nil, unhedged(cluster)),
+		route(p.Name+"/bypass", prefix, []*routev3.HeaderMatcher{exactHeader(plan.BypassHeader, "1")}, bypass),
+		route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
+			hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge)),
+		route(p.Name+"/unhedged", prefix, nil, bypass),
 	}
 	if prefix != "/" {
-		routes = append(routes, route(p.Name+"/other", "/", nil, unhedged(cluster)))
+		routes = append(routes, route(p.Name+"/other", "/", nil, bypass))
 	}
 	// The attempt count header lets backends count hedges (x-envoy-attempt-count > 1).
 	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes, IncludeRequestAttemptCount: true}

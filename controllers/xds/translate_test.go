@@ -247,16 +247,3 @@ func TestTranslateErrors(t *testing.T) {
 		t.Errorf("invalid plan: got %v, want ErrBudgetInvalid", err)
 	}
 }
-
-func TestClusterNames(t *testing.T) {
-	if got := ClusterName("shop", "web-api", 8080); got != "tailcut_shop_web-api_8080" {
-		t.Errorf("ClusterName = %q", got)
-	}
-	if got := BypassClusterName("shop", "web-api", 8080); got != "tailcut_shop_web-api_8080_bypass" {
-		t.Errorf("BypassClusterName = %q", got)
-	}
-	// Envoy's default tag extractor takes the cluster name up to the first dot.
-	if strings.ContainsAny(ClusterName("a", "b", 1), ".|:") {
-		t.Error("cluster names must not contain '.', '|' or ':'")
-	}
-}
