@@ -132,7 +132,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	}
 	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, true, tailcutv1alpha1.ReasonAccepted,
 		fmt.Sprintf("target Service %s port %d found", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
-	applyEstimate(status, est, now)
+	est.Apply(status, now)
 	derivedMsg := est.Reason
 	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, derivedMsg)
 
@@ -264,25 +264,6 @@ func planInput(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoin
 		BudgetPercent:   budget.MaxExtraLoadPercent,
 		MinConcurrency:  budget.MinRetryConcurrency,
 		Endpoints:       endpoints,
-	}
-}
-
-func applyEstimate(status *tailcutv1alpha1.HedgePolicyStatus, est estimate.Result, now metav1.Time) {
-	var delay *metav1.Duration
-	if est.Delay > 0 {
-		delay = &metav1.Duration{Duration: est.Delay}
-	}
-	if !apiequality.Semantic.DeepEqual(delay, status.EffectiveDelay) {
-		status.LastDelayChange = &now
-	}
-	status.EffectiveDelay = delay
-	status.DelaySource = est.Source
-	status.DelayReason = truncate(est.Reason, 1024)
-	if est.Quantile != nil {
-		status.Quantile = est.Quantile
-	}
-	if est.HedgeRate != nil {
-		status.HedgeRate = est.HedgeRate
 	}
 }
 

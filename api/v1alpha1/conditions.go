@@ -80,6 +80,8 @@ const (
 	ReasonQuantileAbsurd = "QuantileAbsurd"
 	// ReasonTooFewSamples: fewer than minSamples requests in the window.
 	ReasonTooFewSamples = "TooFewSamples"
+	// ReasonNoTraffic: the hedged route carried no request in the window.
+	ReasonNoTraffic = "NoTraffic"
 	// ReasonQueryTimeout: a query did not answer within the per-query timeout.
 	ReasonQueryTimeout = "QueryTimeout"
 	// ReasonPrometheusHTTPError: Prometheus answered with an HTTP error status.

@@ -193,8 +193,13 @@ type Delay struct {
 type EstimateSource string
 
 const (
-	// EstimateSourceEnvoy reads Envoy's upstream latency histogram for the target's
-	// unhedged (bypass and probe) traffic, which hedging does not censor.
+	// EstimateSourceEnvoy reads the hedged route's own traffic in tailcut's Envoy:
+	// its upstream latency histogram and its hedge counters. Below the delay in
+	// force the histogram is exact (those requests were never hedged), and the
+	// counters measure exactly how many requests are slower than the delay, so
+	// ordinary client traffic is all the estimator needs. Traffic that skips
+	// hedging (the x-tailcut-bypass header, other methods and paths) is never
+	// read.
 	EstimateSourceEnvoy EstimateSource = "Envoy"
 	// EstimateSourceWorkload reads the application's own request-duration histogram.
 	EstimateSourceWorkload EstimateSource = "Workload"
@@ -433,6 +438,13 @@ type HedgePolicyStatus struct {
 	// +optional
 	HedgeRate *HedgeRateObservation `json:"hedgeRate,omitempty"`
 
+	// BudgetFloor is the longest delay at which the hedge counters recently showed
+	// significantly more extra load than the budget allows. Until it is one window
+	// old, tailcut keeps the delay above it, so it never goes back to a delay the
+	// counters proved too short.
+	// +optional
+	BudgetFloor *BudgetFloor `json:"budgetFloor,omitempty"`
+
 	// Proxies counts the Envoy proxies that run this policy's configuration.
 	// +optional
 	Proxies *ProxyCounts `json:"proxies,omitempty"`
@@ -452,11 +464,18 @@ type HedgePolicyStatus struct {
 
 // QuantileObservation is one latency quantile read from Prometheus.
 type QuantileObservation struct {
-	// Quantile is the quantile that was queried, for example 0.95.
+	// Quantile is the quantile that was read, for example 0.95: the configured
+	// one, or a higher one when the budget allows fewer hedges.
 	Quantile float64 `json:"quantile"`
-	// Value is the observed latency at that quantile.
+	// Value is the observed latency at that quantile, read conservatively: at
+	// most 1 - quantile of the requests took longer.
 	// +kubebuilder:validation:Type=string
 	Value metav1.Duration `json:"value"`
+	// LowerBound is true when the quantile lies above the delay in force. Hedging
+	// hides how long the slow first attempts would have taken, so Value is then
+	// only a lower bound, read from the hedged latency.
+	// +optional
+	LowerBound bool `json:"lowerBound,omitempty"`
 	// Samples is the number of requests in the query window.
 	// +optional
 	Samples int64 `json:"samples,omitempty"`
@@ -466,13 +485,37 @@ type QuantileObservation struct {
 
 // HedgeRateObservation compares the measured hedge rate with the budget.
 type HedgeRateObservation struct {
-	// Percent is the extra requests sent by hedging, as a percentage of the hedged
-	// route's requests, over the query window.
+	// Percent is the extra requests sent by hedging (and retries), as a
+	// percentage of the hedged route's requests, between Since and SampledAt.
+	// It is exactly the share of requests slower than Delay.
 	Percent float64 `json:"percent"`
 	// BudgetPercent is spec.budget.maxExtraLoadPercent at the time of the reading.
 	BudgetPercent int32 `json:"budgetPercent"`
+	// Delay is the hedge delay that was in force over the whole reading; absent
+	// when hedging was off.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	Delay *metav1.Duration `json:"delay,omitempty"`
+	// Requests is the number of requests on the hedged route in the reading.
+	// +optional
+	Requests int64 `json:"requests,omitempty"`
+	// Since is where the reading starts: the last delay change, or one window
+	// back when the delay has not changed for a window.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 	// SampledAt is when the rate was read.
 	SampledAt metav1.Time `json:"sampledAt"`
+}
+
+// BudgetFloor is a delay the hedge counters showed to be too short for the budget.
+type BudgetFloor struct {
+	// Delay is the delay in force when the hedge rate was measured over budget.
+	// +kubebuilder:validation:Type=string
+	Delay metav1.Duration `json:"delay"`
+	// Percent is the hedge rate measured at Delay.
+	Percent float64 `json:"percent"`
+	// MeasuredAt is when the rate was read; the floor holds for one window.
+	MeasuredAt metav1.Time `json:"measuredAt"`
 }
 
 // ProxyCounts counts proxies by how far they took this policy's configuration.

@@ -28,55 +28,84 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
-// Guards against hedging that does harm.
+// How the delay keeps to the budget.
 //
-// Budget: the measured hedge rate (upstream_rq_retry per original request on
-// the hedged cluster, exact, not censored) is compared with the budget. Above
-// (1+stepTolerance) times the budget the delay is raised by maxStepPercent per
-// evaluation, up to max, and hedging pauses when it is already at max. The
-// reading only counts once the delay has been in force for a whole window, so
-// one breach is not corrected several times over.
+// Target: the shortest delay whose measured tail is not significantly above
+// tau*(1+budgetSlack) (histogram.go; selectZ standard errors of a binomial
+// share at that limit, at the reading's sample size), plus delayMargin. The
+// slack (5% of the budget: 5.25% for a 5% budget) lets the delay sit just
+// above a fast mode when the slow share equals
+// the budget (a 5% step under a 5% budget), where no delay below the slow mode
+// has a tail of exactly 5% or less, and the sampling allowance keeps a first
+// reading of a few hundred requests from taking a 6% sample of a 5% slow
+// share for a reason to wait for the slow mode. The margin keeps the noise in
+// the tail reading from putting the delay inside the fast mode. The budget
+// guard below measures what the delay really costs.
+//
+// Budget: the hedge counters over the span measure exactly the share of
+// requests slower than the delay. When it is over the budget (hedgeReading.over)
+// the delay rises at this evaluation: by maxStepPercent, or further, to the
+// lower bound the hedged histogram gives for the quantile. The delay in force
+// then becomes the budget floor, which holds for one window: no target at or
+// below it is programmed. At max, hedging pauses.
 //
 // Hedging hurts: when slowness is shared (saturation), hedges add load exactly
-// when there is none to spare, and the unhedged latency rises with the hedge
-// rate. While hedges are a real share of the traffic (at least hurtsMinShare
-// of the budget) and the median of the uncensored histogram rose by hurtsRise
-// against the window before, hedging pauses. A pause holds for
-// max(window, 2*evaluationInterval), or until the spec changes, then the delay
-// is derived afresh.
+// when there is none to spare, and the latency rises with the hedge rate.
+// Queueing spreads the distribution: requests that find a free server still
+// take the service time, so the 10th percentile stays while the median climbs.
+// A service that simply got slower (a deploy, another traffic mix) moves the
+// whole distribution instead, and the delay must follow it, not stop. So while
+// hedges are a real share of the traffic (at least hurtsMinShare of the
+// budget), the median rose by hurtsRise against the window before, and the
+// 10th percentile rose by less than hurtsLowRise, both over the span and over
+// the last evaluation interval alone (a span that straddles the end of a
+// shift mixes fast and slow requests into the same picture), hedging pauses. A pause holds
+// for max(window, 2*evaluationInterval), or until the spec changes, then the
+// delay is derived afresh. The budget guard runs first: a delay left inside a
+// shifted fast mode is over budget, and raising it is the cure.
 const (
+	budgetSlack = 0.05
+	delayMargin = 0.10
+	selectZ     = 2.0
+	overZ       = 2.0
+
 	hurtsMinShare = 0.5
 	hurtsRise     = 1.5
+	hurtsLowRise  = 1.2
 	// hurtsMinRise ignores rises of the median too small to matter.
 	hurtsMinRise = 0.002
-	// delayResolution rounds derived delays so status stays readable.
+	// delayResolution rounds derived delays up so status stays readable.
 	delayResolution = 100 * time.Microsecond
 )
 
 // decide turns one evaluation's readings and the previous decision (the
 // policy's status) into a Result. It is pure: time is now, memory is status.
-func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, r readings, now time.Time) Result {
+func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, sp span, r readings, now time.Time) Result {
 	spec, st := &policy.Spec, &policy.Status
 	budget := spec.EffectiveBudget().MaxExtraLoadPercent
 	nowT := metav1.NewTime(now)
-	window := promDuration(auto.Window.Duration)
+	cur := sp.delay
+	floor := activeFloor(st, auto, now)
 
+	if sp.hold != "" {
+		return held(policy, auto, floor)
+	}
 	var hedgeRate *tailcutv1alpha1.HedgeRateObservation
 	hedgeNote := "hedge rate unknown (" + r.hedgeNote + ")"
 	if r.hedge != nil {
 		pct := r.hedge.percent()
-		hedgeRate = &tailcutv1alpha1.HedgeRateObservation{Percent: math.Round(pct*100) / 100, BudgetPercent: budget, SampledAt: nowT}
-		hedgeNote = fmt.Sprintf("hedge rate %.2f%% of %d%% budget", pct, budget)
-	}
-	var quantile *tailcutv1alpha1.QuantileObservation
-	if r.fail == nil {
-		quantile = &tailcutv1alpha1.QuantileObservation{
-			Quantile: auto.Quantile, Value: metav1.Duration{Duration: secondsToDuration(r.quantile)},
-			Samples: int64(math.Round(r.samples)), SampledAt: nowT,
+		since := metav1.NewTime(sp.since)
+		hedgeRate = &tailcutv1alpha1.HedgeRateObservation{Percent: math.Round(pct*100) / 100, BudgetPercent: budget,
+			Requests: int64(math.Round(r.hedge.requests)), Since: &since, SampledAt: nowT}
+		at := "with hedging off"
+		if cur > 0 {
+			hedgeRate.Delay = &metav1.Duration{Duration: cur}
+			at = "at " + cur.String()
 		}
+		hedgeNote = fmt.Sprintf("hedge rate %.2f%% of %d%% budget %s over %.0f requests", pct, budget, at, r.hedge.requests)
 	}
 	attach := func(res Result) Result {
-		res.Quantile, res.HedgeRate = quantile, hedgeRate
+		res.HedgeRate, res.Floor = hedgeRate, floor
 		return res
 	}
 	paused := func(reason, why string) Result {
@@ -93,80 +122,114 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		return attach(withoutData(policy, auto, r.fail, now))
 	}
 
-	// The delay the data asks for.
+	// The delay the data asks for, in seconds.
 	tau := 1 - math.Max(auto.Quantile, 1-float64(budget)/100)
 	qName := quantileName(1 - tau)
-	var ch choice
-	var basis string
-	if r.cdf != nil {
-		ch = r.cdf.choose(tau)
-		basis = fmt.Sprintf("%s of unhedged latency over %s is %s (%.0f samples)", qName, window, round(ch.atTau), r.samples)
-		if ch.onStep {
-			basis += fmt.Sprintf(", on a step: %.1f%% of requests are slower than %s", 100*ch.tail, round(ch.delay))
-		}
-	} else {
-		ch = choice{delay: r.quantile, atTau: r.quantile}
-		basis = fmt.Sprintf("custom query %s over %s is %s", quantileName(auto.Quantile), window, round(r.quantile))
+	var (
+		target, lowerBound float64
+		basis              string
+		quantile           *tailcutv1alpha1.QuantileObservation
+	)
+	observe := func(v float64, lower bool) {
+		quantile = &tailcutv1alpha1.QuantileObservation{Quantile: 1 - tau, Value: metav1.Duration{Duration: roundUp(v)},
+			LowerBound: lower, Samples: int64(math.Round(r.samples)), SampledAt: nowT}
 	}
-	if nd := checkQuantile(ch.delay, auto.Max.Duration); nd != nil {
-		// Not a good reading: leave status.quantile (the last good one) alone.
-		res := withoutData(policy, auto, nd, now)
-		res.HedgeRate = hedgeRate
+	switch {
+	case r.cdf == nil && r.thin == "":
+		if nd := checkQuantile(r.quantile, auto.Max.Duration); nd != nil {
+			return attach(withoutData(policy, auto, nd, now))
+		}
+		target = r.quantile
+		basis = fmt.Sprintf("custom query %s over %s is %s", quantileName(auto.Quantile), promDuration(auto.Window.Duration), roundUp(r.quantile))
+		observe(r.quantile, false)
+	case r.thin != "":
+		target, basis = cur.Seconds(), r.thin
+	default:
+		limit := tau * (1 + budgetSlack)
+		d, tail, ok := r.cdf.shortest(limit+selectZ*math.Sqrt(limit*(1-limit)/r.samples), r.edge)
+		if !ok {
+			return attach(withoutData(policy, auto, newNoData(tailcutv1alpha1.ReasonQuantileInfinite,
+				"more than %.1f%% of requests took longer than the histogram's last finite bucket", 100*tau*(1+budgetSlack)), now))
+		}
+		if nd := checkQuantile(d, auto.Max.Duration); nd != nil {
+			return attach(withoutData(policy, auto, nd, now))
+		}
+		if d <= sp.censorAt*(1+1e-9) {
+			target = d * (1 + delayMargin)
+			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s), +%.0f%% margin",
+				100*tail, r.samples, promDuration(sp.rng), roundUp(d), qName, 100*delayMargin)
+			observe(d, false)
+		} else {
+			// The quantile is at least d: never a reason to go down, and a
+			// reason to go up (within the step limit) even without counters
+			// once d clears the delay by more than the deadband; closer than
+			// that, adjacent buckets would make the delay flip between them.
+			target, lowerBound = cur.Seconds(), d
+			if d > cur.Seconds()*(1+float64(auto.DeadbandPercent)/100) {
+				target = d * (1 + delayMargin)
+			}
+			basis = fmt.Sprintf("%s is above the delay in force (at least %s by the hedged latency over %s)",
+				qName, roundUp(d), promDuration(sp.rng))
+			observe(d, true)
+		}
+	}
+	attach = func(res Result) Result {
+		res.HedgeRate, res.Floor, res.Quantile = hedgeRate, floor, quantile
 		return res
 	}
-	target := clamp(round(ch.delay), auto)
 	code := tailcutv1alpha1.ReasonDerived
 	notes := []string{hedgeNote}
 
-	cur := time.Duration(0)
-	if st.EffectiveDelay != nil {
-		cur = st.EffectiveDelay.Duration
-	}
 	forced := false
 	if cur > 0 && r.hedge != nil {
 		pct := r.hedge.percent()
-		if r.prev != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
-			p50, prev50 := r.cdf.quantile(0.5), r.prev.quantile(0.5)
-			if p50 >= hurtsRise*prev50 && p50-prev50 >= hurtsMinRise {
-				return paused(tailcutv1alpha1.ReasonHedgingHurts, fmt.Sprintf(
-					"unhedged p50 rose from %s to %s over %s while hedging; %s", round(prev50), round(p50), window, hedgeNote))
-			}
-		}
-		if pct > (1+stepTolerance)*float64(budget) {
-			// Over budget the delay never goes down, whatever the histogram says.
-			target = max(target, clamp(cur, auto))
-			inForce := st.LastDelayChange == nil || now.Sub(st.LastDelayChange.Time) >= auto.Window.Duration
-			switch {
-			case !inForce:
-				notes = append(notes, fmt.Sprintf("above budget, but the %s window began before the last change: waiting, not lowering", window))
-			case cur >= auto.Max.Duration:
+		if r.hedge.over(budget) {
+			floor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: cur}, Percent: math.Round(pct*100) / 100, MeasuredAt: nowT}
+			if cur >= auto.Max.Duration {
 				return paused(tailcutv1alpha1.ReasonBudgetExceeded, fmt.Sprintf("%s with the delay already at max %s", hedgeNote, auto.Max.Duration))
-			default:
-				code = tailcutv1alpha1.ReasonBudgetExceeded
-				raised := clamp(round(cur.Seconds()*(1+float64(auto.MaxStepPercent)/100)), auto)
-				if raised > target {
-					target, forced = raised, true
-				}
-				notes = append(notes, fmt.Sprintf("above budget: raising from %s by %d%%", cur, auto.MaxStepPercent))
+			}
+			code, forced = tailcutv1alpha1.ReasonBudgetExceeded, true
+			raised := math.Max(cur.Seconds()*(1+float64(auto.MaxStepPercent)/100), lowerBound*(1+delayMargin))
+			target = math.Max(target, raised)
+			notes = append(notes, fmt.Sprintf("over budget: raising from %s", cur))
+		} else if r.prev != nil && r.last != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
+			if spread(r.prev, r.cdf) && spread(r.prev, r.last) {
+				return paused(tailcutv1alpha1.ReasonHedgingHurts, fmt.Sprintf(
+					"median latency rose from %s to %s while hedging, the 10th percentile stayed near %s: queueing, not a slower service; %s",
+					roundUp(r.prev.quantile(0.5)), roundUp(r.cdf.quantile(0.5)), roundUp(r.cdf.quantile(0.1)), hedgeNote))
 			}
 		}
 	}
-
-	delay := target
-	if cur > 0 {
-		delay, notes = stabilize(st, auto, spec.EffectiveEvaluationInterval(), cur, target, forced, now, notes)
+	if floor != nil && target <= floor.Delay.Seconds() {
+		target = floor.Delay.Seconds() * (1 + delayMargin)
+		notes = append(notes, fmt.Sprintf("kept above the budget floor %s (%.2f%% hedged there at %s)",
+			floor.Delay.Duration, floor.Percent, floor.MeasuredAt.UTC().Format(time.RFC3339)))
 	}
-	res := Result{
-		Delay: delay, Target: target, Source: tailcutv1alpha1.DelaySourcePrometheus,
+	targetD := clamp(roundUp(target), auto)
+
+	delay := targetD
+	if cur > 0 {
+		delay, notes = stabilize(st, auto, spec.EffectiveEvaluationInterval(), cur, targetD, forced, now, notes)
+	}
+	return attach(Result{
+		Delay: delay, Target: targetD, Source: tailcutv1alpha1.DelaySourcePrometheus,
 		Derived: true, DerivedReason: code,
 		Reason: fmt.Sprintf("delay %s: %s; %s", delay, basis, strings.Join(notes, "; ")),
-	}
-	return attach(res)
+	})
+}
+
+// spread says whether now looks like before with queueing added: the median
+// rose by hurtsRise (and hurtsMinRise) while the 10th percentile stayed.
+func spread(before, now *cdf) bool {
+	p50, prev50 := now.quantile(0.5), before.quantile(0.5)
+	return p50 >= hurtsRise*prev50 && p50-prev50 >= hurtsMinRise && now.quantile(0.1) < hurtsLowRise*before.quantile(0.1)
 }
 
 // stabilize applies the deadband, the step limit and one change per
-// evaluation interval to a move from cur to target. The result is within
-// [min, max] even when cur is not (the spec changed).
+// evaluation interval to a move from cur to target. A forced move (over
+// budget) skips the deadband and the step limit: it only ever raises the
+// delay, to a value the evidence asks for. The result is within [min, max]
+// even when cur is not (the spec changed).
 func stabilize(st *tailcutv1alpha1.HedgePolicyStatus, auto *tailcutv1alpha1.AutoDelay, interval, cur, target time.Duration,
 	forced bool, now time.Time, notes []string) (time.Duration, []string) {
 	c := clamp(cur, auto)
@@ -174,7 +237,9 @@ func stabilize(st *tailcutv1alpha1.HedgePolicyStatus, auto *tailcutv1alpha1.Auto
 	deadband := float64(auto.DeadbandPercent) / 100
 	step := float64(auto.MaxStepPercent) / 100
 	switch {
-	case !forced && math.Abs(float64(target-c)) < deadband*float64(c):
+	case forced:
+		delay = target
+	case math.Abs(float64(target-c)) < deadband*float64(c):
 		delay = c
 		if target != c {
 			notes = append(notes, fmt.Sprintf("held at %s: target %s is within the %d%% deadband", c, target, auto.DeadbandPercent))
@@ -197,26 +262,57 @@ func stabilize(st *tailcutv1alpha1.HedgePolicyStatus, auto *tailcutv1alpha1.Auto
 	return delay, notes
 }
 
+// held repeats the decision in status, within [min, max] in case the spec
+// changed: nothing new can be read yet.
+func held(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, floor *tailcutv1alpha1.BudgetFloor) Result {
+	st := &policy.Status
+	res := Result{Source: st.DelaySource, Reason: st.DelayReason, Derived: true, DerivedReason: tailcutv1alpha1.ReasonDerived, Floor: floor}
+	if st.EffectiveDelay != nil {
+		res.Delay = clamp(st.EffectiveDelay.Duration, auto)
+	}
+	if res.Source == "" {
+		res.Source = tailcutv1alpha1.DelaySourceNone
+	}
+	if c := meta.FindStatusCondition(st.Conditions, tailcutv1alpha1.ConditionDelayDerived); c != nil && c.Reason != "" {
+		res.Derived, res.DerivedReason = c.Status == metav1.ConditionTrue, c.Reason
+	}
+	if res.Reason == "" {
+		res.Reason = "waiting for the first reading"
+	}
+	return res
+}
+
 // withoutData keeps the last good delay while it is younger than staleAfter, else
 // applies the fallback. Either way DelayDerived is false with the case named.
+// The message names times rather than ages, so that it does not change at every
+// evaluation while the outage lasts.
 func withoutData(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, nd *noData, now time.Time) Result {
 	st := &policy.Status
 	why := nd.msg
 	if st.EffectiveDelay != nil && st.Quantile != nil &&
 		(st.DelaySource == tailcutv1alpha1.DelaySourcePrometheus || st.DelaySource == tailcutv1alpha1.DelaySourceLastKnown) {
-		age := now.Sub(st.Quantile.SampledAt.Time)
-		if age < auto.StaleAfter.Duration {
+		read := st.Quantile.SampledAt.Time
+		staleAt := read.Add(auto.StaleAfter.Duration)
+		if now.Before(staleAt) {
 			d := clamp(st.EffectiveDelay.Duration, auto)
 			return Result{
 				Delay: d, Source: tailcutv1alpha1.DelaySourceLastKnown, Derived: false, DerivedReason: nd.reason,
-				Reason: fmt.Sprintf("keeping the last good delay %s (read %s ago, stale after %s): %s: %s",
-					d, max(age, 0).Round(time.Second), auto.StaleAfter.Duration, nd.reason, nd.msg),
+				Reason: fmt.Sprintf("keeping the last good delay %s (read at %s, stale at %s): %s: %s",
+					d, read.UTC().Format(time.RFC3339), staleAt.UTC().Format(time.RFC3339), nd.reason, nd.msg),
 			}
 		}
-		why = fmt.Sprintf("%s; the last good delay %s is %s old, older than staleAfter %s",
-			nd.msg, st.EffectiveDelay.Duration, age.Round(time.Second), auto.StaleAfter.Duration)
+		why = fmt.Sprintf("%s; the last good delay %s was read at %s, stale after %s",
+			nd.msg, st.EffectiveDelay.Duration, read.UTC().Format(time.RFC3339), auto.StaleAfter.Duration)
 	}
 	return Fallback(&policy.Spec, nd.reason, nd.reason+": "+why)
+}
+
+// activeFloor is the budget floor in status while it is younger than a window.
+func activeFloor(st *tailcutv1alpha1.HedgePolicyStatus, auto *tailcutv1alpha1.AutoDelay, now time.Time) *tailcutv1alpha1.BudgetFloor {
+	if f := st.BudgetFloor; f != nil && now.Sub(f.MeasuredAt.Time) < auto.Window.Duration {
+		return f.DeepCopy()
+	}
+	return nil
 }
 
 // pausedUntil says whether the previous decision paused hedging, and until when
@@ -240,9 +336,13 @@ func clamp(d time.Duration, auto *tailcutv1alpha1.AutoDelay) time.Duration {
 	return min(max(d, auto.Min.Duration), auto.Max.Duration)
 }
 
-// round converts seconds to a Duration at delayResolution.
-func round(seconds float64) time.Duration {
-	return secondsToDuration(seconds).Round(delayResolution)
+// roundUp converts seconds to a Duration, rounded up to delayResolution.
+func roundUp(seconds float64) time.Duration {
+	d := secondsToDuration(seconds)
+	if r := d % delayResolution; r != 0 && d < time.Duration(math.MaxInt64)-delayResolution {
+		d += delayResolution - r
+	}
+	return d
 }
 
 // quantileName writes 0.95 as p95 and 0.999 as p99.9.

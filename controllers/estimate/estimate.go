@@ -24,6 +24,9 @@ import (
 	"fmt"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
@@ -51,7 +54,39 @@ type Result struct {
 	// staleAfter by it.
 	Quantile  *tailcutv1alpha1.QuantileObservation
 	HedgeRate *tailcutv1alpha1.HedgeRateObservation
+	// Floor is the budget floor to keep in status; nil clears it.
+	Floor *tailcutv1alpha1.BudgetFloor
 }
+
+// Apply records the result in status. Status is the estimator's memory: the
+// next evaluation reads the delay in force, when it last changed
+// (LastDelayChange moves only when the delay does), the last good readings and
+// the budget floor from it.
+func (r Result) Apply(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) {
+	var delay *metav1.Duration
+	if r.Delay > 0 {
+		delay = &metav1.Duration{Duration: r.Delay}
+	}
+	if !apiequality.Semantic.DeepEqual(delay, status.EffectiveDelay) {
+		status.LastDelayChange = &now
+	}
+	status.EffectiveDelay = delay
+	status.DelaySource = r.Source
+	status.DelayReason = r.Reason
+	if len(status.DelayReason) > maxReason {
+		status.DelayReason = status.DelayReason[:maxReason-3] + "..."
+	}
+	if r.Quantile != nil {
+		status.Quantile = r.Quantile
+	}
+	if r.HedgeRate != nil {
+		status.HedgeRate = r.HedgeRate
+	}
+	status.BudgetFloor = r.Floor
+}
+
+// maxReason is the API's limit on status.delayReason.
+const maxReason = 1024
 
 // Estimator decides the delay for a policy. Metric outages are not errors: they
 // come back as a Result with Derived false. An error means the policy itself

@@ -18,7 +18,6 @@ package estimate
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/controllers/xds"
 )
 
 // A fake Prometheus query API: each query is told apart by its shape and
@@ -35,10 +36,9 @@ import (
 type queryKind string
 
 const (
-	kQuantile queryKind = "quantile"
-	kBuckets  queryKind = "buckets"
+	kQuantile queryKind = "quantile" // a Custom query
+	kBuckets  queryKind = "buckets"  // the span's and the last interval's histogram
 	kPrev     queryKind = "prev"
-	kCount    queryKind = "count"
 	kRetries  queryKind = "retries"
 	kAttempts queryKind = "attempts"
 )
@@ -49,13 +49,11 @@ func kindOf(q string) queryKind {
 		return kPrev
 	case strings.HasPrefix(q, "sum by (le)"):
 		return kBuckets
-	case strings.Contains(q, "_count"):
-		return kCount
 	case strings.Contains(q, "upstream_rq_retry"):
 		return kRetries
 	case strings.Contains(q, "upstream_rq_total"):
 		return kAttempts
-	default: // histogram_quantile, or a Custom query
+	default:
 		return kQuantile
 	}
 }
@@ -170,16 +168,14 @@ func vectorJSON(samples ...sample) string {
 
 func one(v float64) reply { return reply{body: vectorJSON(sample{value: v})} }
 
-// envoyBoundsMS is the bucket layout tailcut renders into Envoy's bootstrap.
-var envoyBoundsMS = []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 22, 25, 28, 30, 33, 36, 40, 45, 50,
-	55, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 175, 200, 250, 300, 400, 500, 750, 1000, 2500, 5000, 10000}
-
 // bucketsReply renders n requests distributed by the CDF F (of milliseconds)
-// as a "sum by (le)" answer in Envoy's units.
+// as Envoy's "sum by (le)" answer: a bucket le=b holds every request faster
+// than the end of the histogram bin b falls in (envoymodel_test.go), so it
+// counts n*F(edge(b)).
 func bucketsReply(n float64, F func(ms float64) float64) reply {
-	samples := make([]sample, 0, len(envoyBoundsMS)+1)
-	for _, b := range envoyBoundsMS {
-		samples = append(samples, sample{labels: map[string]string{"le": promFloat(b)}, value: math.Round(n * F(b))})
+	samples := make([]sample, 0, len(xds.LatencyBucketsMs)+1)
+	for _, b := range xds.LatencyBucketsMs {
+		samples = append(samples, sample{labels: map[string]string{"le": promFloat(b)}, value: math.Round(n * F(1000*envoyEdge(b/1000)))})
 	}
 	samples = append(samples, sample{labels: map[string]string{"le": "+Inf"}, value: n})
 	return reply{body: vectorJSON(samples...)}
@@ -218,18 +214,4 @@ func quantileOf(F func(float64) float64, q float64) float64 {
 		}
 	}
 	return (lo + hi) / 2
-}
-
-// histogramQuantile is what Prometheus' histogram_quantile gives for the
-// bucket answer of bucketsReply, in seconds.
-func histogramQuantile(n float64, F func(float64) float64, q float64) float64 {
-	points := map[float64]float64{math.Inf(1): n}
-	for _, b := range envoyBoundsMS {
-		points[b/1000] = math.Round(n * F(b))
-	}
-	c, err := newCDF(points)
-	if err != nil {
-		panic(fmt.Sprint(err))
-	}
-	return c.quantile(q)
 }

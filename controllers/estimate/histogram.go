@@ -22,37 +22,36 @@ import (
 	"sort"
 )
 
-// How the delay is chosen from the latency histogram.
+// How the delay is read from a latency histogram.
 //
 // With one hedge at delay d and attempts that are slow independently, the extra
 // load is S(d), the share of requests slower than d. Under an extra-load budget B
-// the best delay is the lowest d with S(d) <= B: the (1-B) quantile (Finagle's
-// BackupRequestFilter rule). tailcut targets the tail tau = 1 - max(q, 1-B): the
-// configured quantile q, but never a lower one than the budget allows.
+// the best delay is the shortest d with S(d) <= B: the (1-B) quantile (Finagle's
+// BackupRequestFilter rule). tailcut looks for the shortest delay whose measured
+// tail is at most tau*(1+budgetSlack), tau = 1 - max(quantile, 1-B), and adds
+// delayMargin on top (see decide.go for both).
 //
-// A quantile that lands on a step of the distribution is unstable. With 15 ms
-// fast requests and 5% of them 100 ms slower, S(d) stays at about 5% from the
-// end of the fast mode to the start of the slow one, so the 0.95 quantile jumps
-// between ~17 ms and ~110 ms from window to window. A delay at or above the slow
-// mode can never win: the hedge would answer after the original. So after
-// reading d_tau = Q(1-tau) the estimator looks below it for a step: the lowest
-// bucket bound b whose measured tail S(b) is at most (1+stepTolerance)*tau. If
-// d_tau >= stepRatio*b, a small allowance of extra load buys a much shorter
-// delay, which only happens where the histogram has a gap, and the delay is b:
-// just above the fast mode, with S(b) close to the slow share. On a smooth
-// distribution b is close to d_tau (or absent) and the delay stays d_tau. The
-// same allowance is the tolerance of the measured hedge rate against the budget
-// (see decide), so the two rules never fight.
-const (
-	// stepTolerance is the extra tail share, relative to tau, accepted to step
-	// below a gap.
-	stepTolerance = 0.25
-	// stepRatio is how much shorter the delay below a gap must be than d_tau
-	// for the gap rule to apply.
-	stepRatio = 1.5
-)
+// Reading S(d) honestly takes two corrections.
+//
+// Bucket edges. A bucket le=b does not always mean "at most b". Envoy records
+// upstream_rq_time in whole milliseconds, truncated, into a log-linear histogram
+// (circllhist) whose bins keep two significant digits, and a bucket le=b counts
+// every bin that starts at or below b. Measured with Envoy 1.40: requests of
+// 15.3ms land in le="15", of 104.5ms in le="100", of 112ms in le="111". So le=b
+// holds requests up to one bin above b: everything faster than 17ms for b=16,
+// faster than 110ms for b=100. A delay read at bound b is only safe at
+// edge(b), the bin's upper end. Read at b itself, a fast mode at 16.1-16.9ms
+// looks like "5% slower than 16ms" while half the requests are.
+//
+// Censoring. On the hedged route Envoy records one latency per request: the
+// winner's. A request whose first attempt is slower than the delay c is hedged
+// and records at least c, so below c the histogram is exact (those requests
+// were never hedged) and above c it is too short. A delay is therefore read only
+// from bounds whose edge is at most c. When none qualifies, the quantile lies at
+// or above c; the hedged histogram then still gives a lower bound for it, since
+// a hedged request is never slower than its first attempt.
 
-// cdf is a latency histogram read from Prometheus over one window: cumulative
+// cdf is a latency histogram read from Prometheus over one range: cumulative
 // request counts at increasing upper bounds in seconds, the last bound +Inf.
 type cdf struct {
 	bounds []float64
@@ -62,7 +61,7 @@ type cdf struct {
 var (
 	errNoInfBucket = errors.New("histogram has no +Inf bucket")
 	errBadBucket   = errors.New("histogram has a NaN or negative bucket count")
-	errEmptyCDF    = errors.New("histogram has no requests in the window")
+	errEmptyCDF    = errors.New("histogram has no requests in the range")
 )
 
 // newCDF builds a cdf from (upper bound in seconds, cumulative count) points.
@@ -93,12 +92,14 @@ func newCDF(points map[float64]float64) (*cdf, error) {
 	return c, nil
 }
 
-// total is the number of requests in the window.
+// total is the number of requests in the range.
 func (c *cdf) total() float64 { return c.cum[len(c.cum)-1] }
 
 // quantile follows Prometheus' histogram_quantile: linear interpolation inside
 // the bucket that holds the rank, 0 as the lower edge of the first bucket, and
-// the highest finite bound when the rank falls in the +Inf bucket.
+// the highest finite bound when the rank falls in the +Inf bucket. It serves
+// the "hedging hurts" guard, which compares medians of two ranges read the same
+// way; delays are read with choose.
 func (c *cdf) quantile(q float64) float64 {
 	rank := q * c.total()
 	i := sort.Search(len(c.cum), func(i int) bool { return c.cum[i] >= rank })
@@ -123,59 +124,42 @@ func (c *cdf) quantile(q float64) float64 {
 	return lower + (upper-lower)*(rank-below)/in
 }
 
-// tail is S(d): the share of requests slower than d, interpolated linearly
-// inside a bucket like quantile.
-func (c *cdf) tail(d float64) float64 {
-	n := c.total()
-	below, lower := 0.0, 0.0
-	for i, upper := range c.bounds {
-		if d <= upper {
-			if math.IsInf(upper, 1) {
-				return 1 - below/n
-			}
-			frac := 1.0
-			if upper > lower {
-				frac = (d - lower) / (upper - lower)
-			}
-			if frac < 0 {
-				frac = 0
-			}
-			return 1 - (below+frac*(c.cum[i]-below))/n
-		}
-		below, lower = c.cum[i], upper
+// bucketEdge maps a bucket bound to the latency below which the bucket is
+// guaranteed to hold every request, both in seconds.
+type bucketEdge func(bound float64) float64
+
+// exactEdge is the edge of a histogram that counts "at most b", like
+// client_golang's.
+func exactEdge(b float64) float64 { return b }
+
+// envoyEdge is the edge of Envoy's upstream_rq_time buckets (bounds in
+// seconds): the end of the circllhist bin the bound falls in, for whole
+// milliseconds. Two significant digits make bins 1ms wide below 100ms, 10ms
+// wide below 1s, and so on.
+func envoyEdge(b float64) float64 {
+	// Bounds come in seconds (le / 1000); undo the float error of that division
+	// (0.13 * 1000 is 129.99999999999997) before taking the bin.
+	ms := math.Round(b*1e9) / 1e6
+	width := 1.0
+	if ms >= 100 {
+		width = math.Pow(10, math.Floor(math.Log10(ms))-1)
 	}
-	return 1 - below/n
+	return (math.Floor(ms/width) + 1) * width / 1000
 }
 
-// choice is the delay the histogram asks for, before clamping and stability.
-type choice struct {
-	// delay is the chosen delay in seconds.
-	delay float64
-	// atTau is d_tau, the quantile at 1 - tau.
-	atTau float64
-	// onStep is true when d_tau sits on a step and delay is below it.
-	onStep bool
-	// tail is the measured S(delay): the extra load the delay implies.
-	tail float64
-}
-
-// choose applies the rule documented at the top of this file for tail share tau.
-func (c *cdf) choose(tau float64) choice {
-	dTau := c.quantile(1 - tau)
-	ch := choice{delay: dTau, atTau: dTau, tail: c.tail(dTau)}
-	limit := (1 + stepTolerance) * tau
+// shortest reads the shortest delay d = edge(b) whose measured tail is at most
+// allowed, and that tail: the quantile 1-allowed, read conservatively. ok is
+// false when only the +Inf bucket qualifies. With hedging in force at delay c,
+// d is exact when d <= c and a lower bound of the quantile otherwise.
+func (c *cdf) shortest(allowed float64, edge bucketEdge) (d, tail float64, ok bool) {
 	n := c.total()
 	for i, b := range c.bounds {
-		if b >= dTau || math.IsInf(b, 1) {
+		if math.IsInf(b, 1) {
 			break
 		}
-		if 1-c.cum[i]/n <= limit {
-			// The lowest bound whose measured tail is within the allowance.
-			if b > 0 && dTau >= stepRatio*b {
-				ch.delay, ch.onStep, ch.tail = b, true, 1-c.cum[i]/n
-			}
-			break
+		if tail := 1 - c.cum[i]/n; tail <= allowed {
+			return edge(b), tail, true
 		}
 	}
-	return ch
+	return 0, 0, false
 }

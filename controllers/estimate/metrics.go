@@ -17,6 +17,8 @@ limitations under the License.
 package estimate
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -34,6 +36,10 @@ var (
 		Name: "tailcut_estimate_errors_total",
 		Help: "Evaluations that could not derive a delay, by reason (the DelayDerived reason, or InvalidQuery).",
 	}, []string{"policy", "reason"})
+	quantileSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tailcut_hedge_quantile_seconds",
+		Help: "The latency quantile tailcut last read for the policy (status.quantile); lower_bound is \"true\" while it lies above the delay in force, where hedging hides latency.",
+	}, []string{"policy", "lower_bound"})
 	hedgeRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_rate",
 		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%); absent when unknown.",
@@ -41,7 +47,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(delaySeconds, estimateErrors, hedgeRate)
+	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate)
 }
 
 func policyLabel(policy *tailcutv1alpha1.HedgePolicy) string {
@@ -58,9 +64,15 @@ func record(policy *tailcutv1alpha1.HedgePolicy, res Result, failed string) {
 	if failed == tailcutv1alpha1.ReasonInvalidQuery {
 		delaySeconds.DeleteLabelValues(key)
 		hedgeRate.DeleteLabelValues(key)
+		quantileSeconds.DeletePartialMatch(prometheus.Labels{"policy": key})
 		return
 	}
 	delaySeconds.WithLabelValues(key).Set(res.Delay.Seconds())
+	if q := res.Quantile; q != nil {
+		lower := strconv.FormatBool(q.LowerBound)
+		quantileSeconds.DeleteLabelValues(key, strconv.FormatBool(!q.LowerBound))
+		quantileSeconds.WithLabelValues(key, lower).Set(q.Value.Seconds())
+	}
 	if res.HedgeRate != nil {
 		hedgeRate.WithLabelValues(key).Set(res.HedgeRate.Percent / 100)
 	} else {
@@ -74,5 +86,6 @@ func ForgetPolicy(namespace, name string) {
 	key := namespace + "/" + name
 	delaySeconds.DeleteLabelValues(key)
 	hedgeRate.DeleteLabelValues(key)
+	quantileSeconds.DeletePartialMatch(prometheus.Labels{"policy": key})
 	estimateErrors.DeletePartialMatch(prometheus.Labels{"policy": key})
 }

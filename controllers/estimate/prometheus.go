@@ -53,22 +53,26 @@ type PrometheusOptions struct {
 // argument of Estimate (it is also the evaluation time of every query). Static
 // policies are answered without a query.
 //
-// What it reads, over spec.delay.auto.window:
-//   - latency from a histogram hedging does not censor: for source Envoy the
-//     bypass cluster's envoy_cluster_upstream_rq_time (ms; the hedged cluster's
-//     own histogram loses the slow attempts hedging resets), for Workload the
-//     application's histogram, for Custom the user's query (seconds);
-//   - the request count (increase of _count), refused below minSamples;
-//   - the per-bucket counts, from which the delay is chosen (histogram.go);
+// What it reads, over the span readSpan picks (since the last delay change,
+// at most one window):
+//   - latency from a histogram: for source Envoy the hedged route's own
+//     cluster, envoy_cluster_upstream_rq_time (ms), which ordinary client
+//     traffic fills; for Workload the application's histogram; for Custom the
+//     user's query (seconds). Below the delay in force the histogram is exact;
+//     histogram.go says how it is read;
 //   - with tailcut's xDS publisher, the hedged cluster's upstream_rq_retry and
 //     upstream_rq_total. Envoy counts every attempt (first, hedge or retry) in
 //     upstream_rq_total and every hedge or retry in upstream_rq_retry, so the
 //     hedge rate is retry / (total - retry): extra requests per original
-//     request, the quantity the budget bounds.
+//     request, the quantity the budget bounds, and exactly the share of
+//     requests slower than the delay.
+//
+// Traffic that skips hedging (the x-tailcut-bypass header, other methods and
+// paths) runs on another cluster and is never read.
 //
 // Custom queries return a single number, so they get neither the minSamples
-// check, the step rule, nor the "hedging hurts" guard; the budget guard still
-// applies when the hedge counters exist.
+// check, the censoring rules, nor the "hedging hurts" guard; the budget guard
+// still applies when the hedge counters exist.
 type Prometheus struct {
 	api     v1.API
 	timeout time.Duration
@@ -102,28 +106,79 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		return res, nil
 	}
 	auto := spec.EffectiveAuto()
-	qs, err := buildQueries(policy, &auto)
+	sp := readSpan(policy, &auto, now)
+	qs, err := buildQueries(policy, &auto, sp.rng)
 	if err != nil {
 		record(policy, Result{}, tailcutv1alpha1.ReasonInvalidQuery)
 		return Result{}, err
 	}
-	r := p.read(ctx, policy, &auto, qs, now)
-	res := decide(policy, &auto, r, now)
+	var r readings
+	if sp.hold == "" {
+		r = p.read(ctx, policy, &auto, qs, sp, now)
+	}
+	res := decide(policy, &auto, sp, r, now)
 	failed := ""
-	if r.fail != nil {
-		failed = r.fail.reason
+	if sp.hold == "" && !res.Derived {
+		failed = res.DerivedReason
 	}
 	record(policy, res, failed)
 	return res, nil
 }
 
+// changeSettle is left out at the start of a span that begins at a delay
+// change: the push reaches Envoy a little after the status records the change.
+const changeSettle = time.Second
+
+// span is the stretch of time one evaluation reads: (since, now].
+type span struct {
+	rng   time.Duration
+	since time.Time
+	// sinceChange is true when the span starts at the last delay change, and
+	// so is shorter than the window.
+	sinceChange bool
+	// delay is the delay in force over the whole span (0: hedging off), and
+	// censorAt the same in seconds (+Inf when hedging was off).
+	delay    time.Duration
+	censorAt float64
+	// hold, when set, says why nothing is read: the delay changed less than an
+	// evaluation interval ago.
+	hold string
+}
+
+// readSpan picks the span: one window, or only the time since the last delay
+// change when that is shorter. Everything read then belongs to one delay: the
+// hedge counters measure exactly the share of requests slower than it, the
+// histogram is exact below it, and a breach of the budget shows at the first
+// evaluation after the change that caused it.
+func readSpan(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, now time.Time) span {
+	st := &policy.Status
+	sp := span{rng: auto.Window.Duration, censorAt: math.Inf(1)}
+	if st.EffectiveDelay != nil && st.EffectiveDelay.Duration > 0 {
+		sp.delay = st.EffectiveDelay.Duration
+		sp.censorAt = sp.delay.Seconds()
+	}
+	if st.LastDelayChange != nil {
+		age := now.Sub(st.LastDelayChange.Time)
+		interval := policy.Spec.EffectiveEvaluationInterval()
+		switch {
+		case age < interval:
+			sp.hold = fmt.Sprintf("the delay changed %s ago; the next reading waits until it has been in force for evaluationInterval %s",
+				max(age, 0).Round(time.Second), interval)
+		case age-changeSettle < sp.rng:
+			sp.rng, sp.sinceChange = (age - changeSettle).Truncate(time.Second), true
+		}
+	}
+	sp.since = now.Add(-sp.rng)
+	return sp
+}
+
 // read sends the policy's queries at time now and checks what came back.
-func (p *Prometheus) read(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, qs querySet, now time.Time) readings {
+func (p *Prometheus) read(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, qs querySet, sp span, now time.Time) readings {
 	type answer struct {
 		v   model.Value
 		err error
 	}
-	queries := []string{qs.quantile, qs.buckets, qs.count, qs.retries, qs.attempts}
+	queries := []string{qs.quantile, qs.buckets, qs.retries, qs.attempts}
 	answers := make([]answer, len(queries))
 	var wg sync.WaitGroup
 	for i, q := range queries {
@@ -136,67 +191,76 @@ func (p *Prometheus) read(ctx context.Context, policy *tailcutv1alpha1.HedgePoli
 		})
 	}
 	wg.Wait()
-	quantileA, bucketsA, countA, retriesA, attemptsA := answers[0], answers[1], answers[2], answers[3], answers[4]
+	quantileA, bucketsA, retriesA, attemptsA := answers[0], answers[1], answers[2], answers[3]
 
 	var r readings
 	r.hedge, r.hedgeNote = p.hedge(qs, retriesA.v, retriesA.err, attemptsA.v, attemptsA.err)
 
-	// The delay path, each check in the order a human would look.
-	for _, a := range []struct {
-		what string
-		ans  answer
-		used bool
-	}{{"quantile", quantileA, true}, {"count", countA, qs.count != ""}, {"bucket", bucketsA, qs.buckets != ""}} {
-		if a.used && a.ans.err != nil {
-			r.fail = classify(a.ans.err, a.what, p.timeout)
+	if qs.quantile != "" {
+		if quantileA.err != nil {
+			r.fail = classify(quantileA.err, "quantile", p.timeout)
 			return r
 		}
+		r.quantile, r.fail = single(quantileA.v, "quantile")
+		return r
 	}
-	if qs.count != "" {
-		n, nd := single(countA.v, "count")
-		if nd == nil && math.IsNaN(n) {
-			nd = newNoData(tailcutv1alpha1.ReasonNoData, "count query returned NaN")
-		}
-		if nd != nil {
-			r.fail = nd
-			return r
-		}
-		r.samples, r.hasSamples = n, true
-		if n < float64(auto.MinSamples) {
-			r.fail = newNoData(tailcutv1alpha1.ReasonTooFewSamples, "%.0f requests in the last %s, fewer than minSamples %d",
-				n, promDuration(auto.Window.Duration), auto.MinSamples)
-			return r
-		}
+	if bucketsA.err != nil {
+		r.fail = classify(bucketsA.err, "bucket", p.timeout)
+		return r
 	}
-	q, nd := single(quantileA.v, "quantile")
-	if nd == nil {
-		nd = checkQuantile(q, auto.Max.Duration)
-	}
-	r.quantile = q
-	if nd != nil {
+	c, nd := bucketCDF(bucketsA.v, qs.boundScale, "bucket")
+	switch {
+	case nd == nil:
+	case nd.reason == tailcutv1alpha1.ReasonNoTraffic && sp.delay > 0 && r.hedge != nil:
+		// The counters saw requests; Envoy publishes histograms only at its
+		// stats flush (every 5s by default), so a short span can be empty.
+		r.thin = fmt.Sprintf("the latency histogram shows no request in the last %s yet, the counters %.0f (Envoy publishes histograms every 5s)",
+			promDuration(sp.rng), r.hedge.requests)
+		return r
+	case nd.reason == tailcutv1alpha1.ReasonNoTraffic:
+		r.fail = newNoData(nd.reason, "no requests on the hedged route in the last %s", promDuration(sp.rng))
+		return r
+	case nd.reason == tailcutv1alpha1.ReasonNoData && sp.sinceChange && sp.delay > 0:
+		// Prometheus has not scraped twice since the change yet.
+		r.thin = fmt.Sprintf("no latency samples since the delay changed %s ago", promDuration(sp.rng))
+		return r
+	default:
 		r.fail = nd
 		return r
 	}
-	if qs.buckets != "" {
-		c, nd := bucketCDF(bucketsA.v, qs.boundScale, "bucket")
-		if nd != nil {
-			r.fail = nd
+	r.cdf, r.edge, r.samples = c, qs.edge, c.total()
+	if r.samples < float64(auto.MinSamples) {
+		if !sp.sinceChange || sp.delay == 0 {
+			r.fail = newNoData(tailcutv1alpha1.ReasonTooFewSamples, "%.0f requests in the last %s, fewer than minSamples %d",
+				r.samples, promDuration(sp.rng), auto.MinSamples)
 			return r
 		}
-		r.cdf = c
+		r.thin = fmt.Sprintf("only %.0f requests since the delay changed %s ago, fewer than minSamples %d",
+			r.samples, promDuration(sp.rng), auto.MinSamples)
 	}
 
-	// The previous window is needed only by the "hedging hurts" guard, which
-	// looks only while hedging runs and sends a real share of extra requests.
+	// The previous window and the last interval are needed only by the
+	// "hedging hurts" guard, which looks only while hedging runs and sends a
+	// real share of extra requests.
 	budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent)
-	if qs.prevBuckets != "" && r.hedge != nil && r.hedge.percent() >= hurtsMinShare*budget && policy.Status.EffectiveDelay != nil {
-		if v, err := p.query(ctx, qs.prevBuckets, now); err == nil {
-			if c, nd := bucketCDF(v, qs.boundScale, "previous-window bucket"); nd == nil {
-				r.prev = c
-			}
-		}
+	if qs.prevBuckets != "" && r.hedge != nil && r.hedge.percent() >= hurtsMinShare*budget && sp.delay > 0 {
+		r.prev = p.histogram(ctx, qs.prevBuckets, qs.boundScale, now)
+		r.last = p.histogram(ctx, qs.lastBuckets, qs.boundScale, now)
 	}
 	return r
+}
+
+// histogram reads one more latency histogram, nil when it cannot.
+func (p *Prometheus) histogram(ctx context.Context, q string, scale float64, now time.Time) *cdf {
+	v, err := p.query(ctx, q, now)
+	if err != nil {
+		return nil
+	}
+	c, nd := bucketCDF(v, scale, "bucket")
+	if nd != nil {
+		return nil
+	}
+	return c
 }
 
 // hedge reads the hedge counters. Their absence is normal (nothing hedged yet,
@@ -222,7 +286,7 @@ func (p *Prometheus) hedge(qs querySet, rv model.Value, rerr error, av model.Val
 	}
 	requests := attempts - retries
 	if math.IsNaN(retries) || math.IsNaN(attempts) || retries < 0 || requests <= 0 {
-		return nil, fmt.Sprintf("no requests on the hedged cluster in the window (%.0f attempts, %.0f retries)", attempts, retries)
+		return nil, fmt.Sprintf("no requests on the hedged route (%.0f attempts, %.0f retries)", attempts, retries)
 	}
 	return &hedgeReading{retries: retries, requests: requests}, ""
 }

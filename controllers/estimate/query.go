@@ -29,17 +29,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
 )
-
-// ClusterNames returns the Envoy cluster names of a target port: the hedged
-// cluster, and the bypass cluster that carries the same traffic unhedged (the
-// bypass header and the probe fraction). The estimator reads Envoy's stats by
-// these names, so they must stay identical to controllers/xds ClusterName and
-// BypassClusterName.
-func ClusterNames(namespace, service string, port int32) (hedged, bypass string) {
-	hedged = fmt.Sprintf("tailcut_%s_%s_%d", namespace, service, port)
-	return hedged, hedged + "_bypass"
-}
 
 // Envoy's label for the cluster name in its Prometheus output.
 const envoyClusterLabel = "envoy_cluster_name"
@@ -74,33 +65,34 @@ func (e *InvalidQueryError) Unwrap() error { return e.Err }
 // querySet is every PromQL query one evaluation may send for a policy. Empty
 // strings are queries the source does not have.
 type querySet struct {
-	// quantile is the configured quantile in seconds: histogram_quantile over
-	// the uncensored histogram, or the user's Custom query.
-	quantile string
-	// buckets is the per-bucket increase over the window, summed over
-	// instances, one series per le. Its bounds times boundScale are seconds.
+	// buckets is the per-bucket increase of the latency histogram over the
+	// read range, summed over instances, one series per le (Envoy, Workload).
 	buckets string
-	// prevBuckets is buckets for the window before the current one.
+	// prevBuckets is buckets for the window that ended one window ago, and
+	// lastBuckets for the last evaluation interval, for the "hedging hurts"
+	// guard.
 	prevBuckets string
-	// count is the number of requests in the window.
-	count string
+	lastBuckets string
+	// quantile is the user's query (Custom), in seconds.
+	quantile string
 	// retries and attempts are the hedged cluster's upstream_rq_retry and
-	// upstream_rq_total increases over the window.
+	// upstream_rq_total increases over the read range.
 	retries  string
 	attempts string
-	// boundScale converts bucket bounds (le) to seconds.
+	// boundScale converts bucket bounds (le) to seconds, and edge says how far
+	// above its bound a bucket reaches.
 	boundScale float64
+	edge       bucketEdge
 }
 
 // Built-in query templates. Selector and HedgedSelector are complete label
-// matchers ({a="b",...}); ToSeconds is " / 1000" for millisecond histograms.
+// matchers ({a="b",...}); Range is the stretch of time one evaluation reads.
 var (
-	tmplQuantile = `histogram_quantile({{.Quantile}}, sum by (le) (rate({{.Metric}}_bucket{{.Selector}}[{{.Window}}]))){{.ToSeconds}}`
-	tmplBuckets  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}]))`
+	tmplBuckets  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Range}}]))`
 	tmplPrev     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}] offset {{.Window}}))`
-	tmplCount    = `sum(increase({{.Metric}}_count{{.Selector}}[{{.Window}}]))`
-	tmplRetries  = `sum(increase(envoy_cluster_upstream_rq_retry{{.HedgedSelector}}[{{.Window}}]))`
-	tmplAttempts = `sum(increase(envoy_cluster_upstream_rq_total{{.HedgedSelector}}[{{.Window}}]))`
+	tmplLast     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}]))`
+	tmplRetries  = `sum(increase(envoy_cluster_upstream_rq_retry{{.HedgedSelector}}[{{.Range}}]))`
+	tmplAttempts = `sum(increase(envoy_cluster_upstream_rq_total{{.HedgedSelector}}[{{.Range}}]))`
 )
 
 // envoyLatencyMetric is Envoy's per-cluster upstream latency histogram, in ms.
@@ -109,28 +101,25 @@ const envoyLatencyMetric = "envoy_cluster_upstream_rq_time"
 // promQLParser parses every rendered query before it is sent.
 var promQLParser = parser.NewParser(parser.Options{})
 
-// buildQueries renders and parses the queries for a policy.
-func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay) (querySet, error) {
+// buildQueries renders and parses the queries for a policy that read the range
+// (now - rng, now].
+func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, rng time.Duration) (querySet, error) {
 	ns, svc, port := policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port
-	hedged, bypass := ClusterNames(ns, svc, port)
 	window := promDuration(auto.Window.Duration)
 	quantile := strconv.FormatFloat(auto.Quantile, 'g', -1, 64)
 
 	data := map[string]any{
-		"Namespace":      ns,
-		"Service":        svc,
-		"Port":           port,
-		"Quantile":       quantile,
 		"Window":         window,
-		"HedgedSelector": selector([][2]string{{envoyClusterLabel, hedged}}),
+		"Range":          promDuration(rng),
+		"Interval":       promDuration(policy.Spec.EffectiveEvaluationInterval()),
+		"HedgedSelector": selector([][2]string{{envoyClusterLabel, plan.ClusterName(ns, svc, port)}}),
 	}
 	var qs querySet
 	switch auto.Source {
 	case tailcutv1alpha1.EstimateSourceEnvoy:
 		data["Metric"] = envoyLatencyMetric
-		data["Selector"] = selector([][2]string{{envoyClusterLabel, bypass}})
-		data["ToSeconds"] = " / 1000"
-		qs.boundScale = 1e-3
+		data["Selector"] = data["HedgedSelector"]
+		qs.boundScale, qs.edge = 1e-3, envoyEdge
 	case tailcutv1alpha1.EstimateSourceWorkload:
 		metric := tailcutv1alpha1.DefaultWorkloadMetric
 		var labels map[string]string
@@ -148,10 +137,8 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		data["Selector"] = selector(pairs)
 		// Histograms follow the base-unit convention (seconds) unless their
 		// name says milliseconds.
-		data["ToSeconds"] = ""
-		qs.boundScale = 1
+		qs.boundScale, qs.edge = 1, exactEdge
 		if strings.HasSuffix(metric, "_milliseconds") || strings.HasSuffix(metric, "_ms") {
-			data["ToSeconds"] = " / 1000"
 			qs.boundScale = 1e-3
 		}
 	case tailcutv1alpha1.EstimateSourceCustom:
@@ -178,8 +165,7 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 	}
 	var jobs []job
 	if auto.Source != tailcutv1alpha1.EstimateSourceCustom {
-		jobs = append(jobs, job{&qs.quantile, tmplQuantile}, job{&qs.buckets, tmplBuckets},
-			job{&qs.prevBuckets, tmplPrev}, job{&qs.count, tmplCount})
+		jobs = append(jobs, job{&qs.buckets, tmplBuckets}, job{&qs.prevBuckets, tmplPrev}, job{&qs.lastBuckets, tmplLast})
 	}
 	// The hedge counters exist only on tailcut's own Envoy clusters.
 	if policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishXDS {

@@ -18,79 +18,90 @@ package estimate
 
 import (
 	"math"
+	"strings"
 	"testing"
+	"time"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
-func TestClusterNames(t *testing.T) {
-	h, b := ClusterNames("shop", "cart", 8080)
-	if h != "tailcut_shop_cart_8080" || b != "tailcut_shop_cart_8080_bypass" {
-		t.Errorf("ClusterNames = %q, %q", h, b)
-	}
-}
-
+// TestBuiltinQueries pins the PromQL the estimator sends. The Envoy source
+// reads the hedged route's cluster, and never the bypass cluster, which
+// carries the traffic tailcut does not hedge.
 func TestBuiltinQueries(t *testing.T) {
-	cases := []struct {
+	for _, tc := range []struct {
 		name   string
-		policy *tailcutv1alpha1.HedgePolicy
+		policy func(*tailcutv1alpha1.HedgePolicy)
+		rng    time.Duration
 		want   querySet
 	}{
 		{
-			name:   "Envoy",
-			policy: testPolicy(),
+			name: "Envoy, since a change 45s ago",
+			rng:  45 * time.Second,
 			want: querySet{
-				quantile:    `histogram_quantile(0.95, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080_bypass"}[2m]))) / 1000`,
-				buckets:     `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080_bypass"}[2m]))`,
-				prevBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080_bypass"}[2m] offset 2m))`,
-				count:       `sum(increase(envoy_cluster_upstream_rq_time_count{envoy_cluster_name="tailcut_shop_cart_8080_bypass"}[2m]))`,
-				retries:     `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[2m]))`,
-				attempts:    `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[2m]))`,
-				boundScale:  1e-3,
+				buckets:     `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
+				prevBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[2m] offset 2m))`,
+				lastBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[30s]))`,
+				retries:     `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
+				attempts:    `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
 			},
 		},
 		{
-			name: "Workload with labels, window 90s, q 0.99",
-			policy: testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
-				a.Source = tailcutv1alpha1.EstimateSourceWorkload
-				a.Quantile = 0.99
-				a.Window = dur(90_000 * ms)
-				a.Workload = &tailcutv1alpha1.WorkloadMetric{Labels: map[string]string{"job": "cart", "code": `2"xx`}}
-			})),
+			name: "Workload with labels, window 90s, evaluated every 10s",
+			policy: func(p *tailcutv1alpha1.HedgePolicy) {
+				p.Spec.EvaluationInterval = dur(10 * time.Second)
+				a := p.Spec.Delay.Auto
+				a.Source, a.Window = tailcutv1alpha1.EstimateSourceWorkload, dur(90*time.Second)
+				a.Workload = &tailcutv1alpha1.WorkloadMetric{Metric: "rpc_seconds", Labels: map[string]string{"job": "cart", "app": `we"ird`}}
+			},
+			rng: 90 * time.Second,
 			want: querySet{
-				quantile:    `histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket{namespace="shop",code="2\"xx",job="cart"}[1m30s])))`,
-				buckets:     `sum by (le) (increase(http_request_duration_seconds_bucket{namespace="shop",code="2\"xx",job="cart"}[1m30s]))`,
-				prevBuckets: `sum by (le) (increase(http_request_duration_seconds_bucket{namespace="shop",code="2\"xx",job="cart"}[1m30s] offset 1m30s))`,
-				count:       `sum(increase(http_request_duration_seconds_count{namespace="shop",code="2\"xx",job="cart"}[1m30s]))`,
+				buckets:     `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s]))`,
+				prevBuckets: `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s] offset 1m30s))`,
+				lastBuckets: `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[10s]))`,
 				retries:     `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
 				attempts:    `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
-				boundScale:  1,
 			},
 		},
 		{
-			name: "Workload in milliseconds, published through Istio",
-			policy: testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+			name: "Workload in milliseconds, published through Istio: no hedge counters",
+			policy: func(p *tailcutv1alpha1.HedgePolicy) {
+				p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+				a := p.Spec.Delay.Auto
 				a.Source = tailcutv1alpha1.EstimateSourceWorkload
-				a.Workload = &tailcutv1alpha1.WorkloadMetric{Metric: "rpc_latency_milliseconds"}
-			}), func(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio }),
+				a.Workload = &tailcutv1alpha1.WorkloadMetric{Metric: "http_latency_milliseconds"}
+			},
+			rng: 2 * time.Minute,
 			want: querySet{
-				quantile:    `histogram_quantile(0.95, sum by (le) (rate(rpc_latency_milliseconds_bucket{namespace="shop"}[2m]))) / 1000`,
-				buckets:     `sum by (le) (increase(rpc_latency_milliseconds_bucket{namespace="shop"}[2m]))`,
-				prevBuckets: `sum by (le) (increase(rpc_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
-				count:       `sum(increase(rpc_latency_milliseconds_count{namespace="shop"}[2m]))`,
-				boundScale:  1e-3,
+				buckets:     `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m]))`,
+				prevBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
+				lastBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s]))`,
 			},
 		},
-	}
-	for _, tc := range cases {
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := tc.policy.Spec.EffectiveAuto()
-			got, err := buildQueries(tc.policy, &a)
+			p := testPolicy()
+			if tc.policy != nil {
+				tc.policy(p)
+			}
+			a := p.Spec.EffectiveAuto()
+			got, err := buildQueries(p, &a, tc.rng)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
-				t.Errorf("queries\n got %+v\nwant %+v", got, tc.want)
+			for _, q := range []struct{ name, got, want string }{
+				{"buckets", got.buckets, tc.want.buckets}, {"prevBuckets", got.prevBuckets, tc.want.prevBuckets},
+				{"lastBuckets", got.lastBuckets, tc.want.lastBuckets}, {"retries", got.retries, tc.want.retries},
+				{"attempts", got.attempts, tc.want.attempts}, {"quantile", got.quantile, tc.want.quantile},
+			} {
+				if q.got != q.want {
+					t.Errorf("%s:\n got  %s\n want %s", q.name, q.got, q.want)
+				}
+			}
+			for _, q := range []string{got.buckets, got.prevBuckets, got.lastBuckets, got.retries, got.attempts} {
+				if strings.Contains(q, "_bypass") {
+					t.Errorf("query reads the bypass cluster: %s", q)
+				}
 			}
 		})
 	}
@@ -108,18 +119,30 @@ func TestCDF(t *testing.T) {
 		if got := c.quantile(tc.q); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("quantile(%v) = %v, want %v", tc.q, got, tc.want)
 		}
-		if got := c.tail(tc.want); math.Abs(got-(1-tc.q)) > 1e-12 {
-			t.Errorf("tail(%v) = %v, want %v", tc.want, got, 1-tc.q)
+	}
+	// shortest: the first bound whose tail is within the share, at its edge.
+	for _, tc := range []struct {
+		allowed, want float64
+		edge          bucketEdge
+		ok            bool
+	}{
+		{0.5, 0.02, exactEdge, true}, {0.1, 0.04, exactEdge, true}, {0.1, 0.041, envoyEdge, true},
+		{0.49, 0.04, exactEdge, true}, {0, 0.1, exactEdge, true}, {0, 0.11, envoyEdge, true},
+	} {
+		d, _, ok := c.shortest(tc.allowed, tc.edge)
+		if ok != tc.ok || math.Abs(d-tc.want) > 1e-12 {
+			t.Errorf("shortest(%v) = %v %v, want %v", tc.allowed, d, ok, tc.want)
 		}
 	}
-	if got := c.tail(1); got != 0 {
-		t.Errorf("tail above every bound = %v", got)
-	}
-	// A rank in the +Inf bucket gives the highest finite bound, as in Prometheus.
+	// Nothing but the +Inf bucket qualifies.
 	c, err = newCDF(map[float64]float64{0.01: 10, 0.1: 90, math.Inf(1): 100})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, _, ok := c.shortest(0.05, exactEdge); ok {
+		t.Error("shortest found a bound although 10% of requests are in the +Inf bucket")
+	}
+	// A rank in the +Inf bucket gives the highest finite bound, as in Prometheus.
 	if got := c.quantile(0.95); got != 0.1 {
 		t.Errorf("quantile in the +Inf bucket = %v, want 0.1", got)
 	}
@@ -139,23 +162,6 @@ func TestCDF(t *testing.T) {
 	} {
 		if _, err := newCDF(pts); err == nil {
 			t.Errorf("%s: newCDF accepted %v", name, pts)
-		}
-	}
-}
-
-func TestChooseOnSmoothDistributionIsTheQuantile(t *testing.T) {
-	for _, F := range []func(float64) float64{lognormal(20, 0.5), lognormal(50, 1), bimodal(15, 0.03), bimodal(15, 0.1)} {
-		points := map[float64]float64{math.Inf(1): 10000}
-		for _, b := range envoyBoundsMS {
-			points[b/1000] = math.Round(10000 * F(b))
-		}
-		c, err := newCDF(points)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := c.choose(0.05)
-		if ch.onStep || ch.delay != c.quantile(0.95) {
-			t.Errorf("choose = %+v, want the plain p95 %v", ch, c.quantile(0.95))
 		}
 	}
 }

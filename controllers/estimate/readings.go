@@ -51,7 +51,7 @@ func newNoData(reason, format string, args ...any) *noData {
 	return &noData{reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
-// hedgeReading is the hedged cluster's counters over the window.
+// hedgeReading is the hedged cluster's counters over the read span.
 type hedgeReading struct {
 	// retries counts the extra attempts: hedges and retries, which Envoy counts
 	// together as upstream_rq_retry.
@@ -64,21 +64,38 @@ type hedgeReading struct {
 // percent is the extra requests as a percentage of requests.
 func (h *hedgeReading) percent() float64 { return 100 * h.retries / h.requests }
 
+// over reports whether the hedge rate is above the budget by more than
+// budgetSlack and by more than sampling noise: a one-sided test at overZ
+// standard errors of a binomial share at that limit. With a 5% budget the
+// limit is 5.25%, and a rate counts as over above 6.9% at 750 requests, 5.9%
+// at 5,000 and 5.6% at 18,000: a run of a few thousand requests stays within
+// the budget + 1 point.
+func (h *hedgeReading) over(budgetPercent int32) bool {
+	limit := float64(budgetPercent) / 100 * (1 + budgetSlack)
+	se := math.Sqrt(limit * (1 - limit) / h.requests)
+	return h.retries/h.requests > limit+overZ*se
+}
+
 // readings is everything one evaluation read from Prometheus.
 type readings struct {
 	// fail is the first reason the delay path has no trustworthy data; when it
 	// is set the fields below it may be partly filled.
 	fail *noData
-	// quantile is the configured quantile in seconds, as Prometheus computed it.
+	// thin, when set, says why the histogram is too thin to read a delay from
+	// (fewer than minSamples requests since the last change); the hedge
+	// counters still count.
+	thin string
+	// cdf is the latency histogram over the span (nil for Custom) and edge how
+	// far above its bounds its buckets reach; samples is its request count.
+	cdf     *cdf
+	edge    bucketEdge
+	samples float64
+	// quantile is the Custom query's value in seconds.
 	quantile float64
-	// samples is the request count in the window; hasSamples is false for
-	// Custom queries, which have no count.
-	samples    float64
-	hasSamples bool
-	// cdf is the uncensored histogram over the window (nil for Custom); prev is
-	// the window before, read only when the "hedging hurts" guard needs it.
-	cdf  *cdf
-	prev *cdf
+	// prev is the histogram of the window that ended one window ago and last
+	// the one of the last evaluation interval, read only when the "hedging
+	// hurts" guard needs them.
+	prev, last *cdf
 	// hedge is nil when the hedge counters are absent or could not be read;
 	// hedgeNote then says why.
 	hedge     *hedgeReading
@@ -160,7 +177,8 @@ func bucketCDF(v model.Value, scale float64, what string) (*cdf, *noData) {
 		return nil, newNoData(tailcutv1alpha1.ReasonBadResponse, "%s query returned %v, want a vector", what, typeOf(v))
 	}
 	if len(vec) == 0 {
-		return nil, newNoData(tailcutv1alpha1.ReasonNoData, "%s query returned no series", what)
+		return nil, newNoData(tailcutv1alpha1.ReasonNoData,
+			"%s query returned no series: the route has served no request since Envoy started, or Prometheus does not scrape Envoy", what)
 	}
 	points := make(map[float64]float64, len(vec))
 	for _, s := range vec {
@@ -180,7 +198,7 @@ func bucketCDF(v model.Value, scale float64, what string) (*cdf, *noData) {
 	c, err := newCDF(points)
 	switch {
 	case errors.Is(err, errEmptyCDF):
-		return nil, newNoData(tailcutv1alpha1.ReasonNoData, "%s query: %v", what, err)
+		return nil, newNoData(tailcutv1alpha1.ReasonNoTraffic, "%s query: %v", what, err)
 	case err != nil:
 		return nil, newNoData(tailcutv1alpha1.ReasonBadResponse, "%s query: %v", what, err)
 	}

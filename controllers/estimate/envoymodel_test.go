@@ -1,0 +1,292 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package estimate
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/tailcut/tailcut/controllers/xds"
+)
+
+// envoyModel is what tailcut's Envoy exports for one hedged route, scraped by a
+// Prometheus, in virtual time. It reproduces the data path, not the estimator:
+//   - a request whose first attempt T1 outlasts the delay c gets a hedge after
+//     a back-off of up to 1ms; the response is the first of T1 and c+backoff+T2;
+//   - upstream_rq_total counts every attempt, upstream_rq_retry every hedge;
+//     counters are live;
+//   - upstream_rq_time records the response's latency once per request,
+//     measured from the request's start (a request hedged at 20ms whose 16ms
+//     hedge won recorded 36-37ms in Envoy 1.40), in whole milliseconds
+//     (truncated), into Envoy's circllhist; a bucket le=b counts every bin
+//     whose lower edge, computed as (m/10)*10^e for the bin's two-digit
+//     mantissa m, is at most b. TestEnvoyModelBuckets pins this to what Envoy
+//     1.40 printed for requests of known latency;
+//   - histograms are published only at the stats flush, every 5s.
+//
+// Buckets are the bootstrap's (xds.LatencyBucketsMs).
+type envoyModel struct {
+	cluster     string
+	bounds      []float64 // ms, ascending, without +Inf
+	scrapeEvery time.Duration
+
+	inBin             []float64 // requests by first bucket that counts them; last is +Inf only
+	flushed           []float64 // inBin as of the last stats flush
+	nextFlush         time.Time
+	retries, attempts float64
+	scrapes           []scrape
+	nextScrape        time.Time
+}
+
+// flushEvery is Envoy's default stats_flush_interval.
+const flushEvery = 5 * time.Second
+
+type scrape struct {
+	at                time.Time
+	cum               []float64 // cumulative per bound, then +Inf
+	retries, attempts float64
+}
+
+func newEnvoyModel(cluster string, start time.Time) *envoyModel {
+	return &envoyModel{cluster: cluster, bounds: xds.LatencyBucketsMs, scrapeEvery: 2 * time.Second,
+		inBin: make([]float64, len(xds.LatencyBucketsMs)+1), flushed: make([]float64, len(xds.LatencyBucketsMs)+1),
+		nextScrape: start, nextFlush: start}
+}
+
+// binLowerEdge is the lower edge circllhist gives a whole-millisecond value.
+func binLowerEdge(v int) float64 {
+	if v <= 0 {
+		return 0
+	}
+	e := int(math.Floor(math.Log10(float64(v)))) // v = m * 10^(e-1), m two digits
+	m := v
+	for m >= 100 {
+		m /= 10
+	}
+	if m < 10 {
+		m *= 10
+	}
+	return float64(m) / 10 * math.Pow(10, float64(e))
+}
+
+// record adds one request that arrived at t. firstAttempt is T1 in ms,
+// hedgeAttempt T2, delay the hedge delay in force (0: off).
+func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, backoff float64) (hedged bool) {
+	m.scrapeUntil(t)
+	latency := firstAttempt
+	m.attempts++
+	if delay > 0 && firstAttempt > delay+backoff {
+		hedged = true
+		m.attempts++
+		m.retries++
+		latency = math.Min(firstAttempt, delay+backoff+hedgeAttempt)
+	}
+	edge := binLowerEdge(int(latency))
+	i, _ := slices.BinarySearchFunc(m.bounds, edge, func(b, e float64) int {
+		if b < e {
+			return -1
+		}
+		return 1
+	})
+	m.inBin[i]++
+	return hedged
+}
+
+// scrapeUntil takes every stats flush and scrape due at or before t.
+func (m *envoyModel) scrapeUntil(t time.Time) {
+	for !m.nextScrape.After(t) {
+		m.scrapes = append(m.scrapes, m.view(m.nextScrape))
+		m.nextScrape = m.nextScrape.Add(m.scrapeEvery)
+	}
+}
+
+// view is what Envoy's /stats/prometheus shows at t: the histogram as of the
+// last stats flush, cumulative per bound, and the live counters.
+func (m *envoyModel) view(t time.Time) scrape {
+	for m.flushed != nil && !m.nextFlush.After(t) {
+		copy(m.flushed, m.inBin)
+		m.nextFlush = m.nextFlush.Add(flushEvery)
+	}
+	hist := m.inBin
+	if m.flushed != nil {
+		hist = m.flushed
+	}
+	s := scrape{at: t, cum: make([]float64, len(hist)), retries: m.retries, attempts: m.attempts}
+	sum := 0.0
+	for i, n := range hist {
+		sum += n
+		s.cum[i] = sum
+	}
+	return s
+}
+
+// simProm answers the estimator's queries from an envoyModel. It implements
+// the one method of v1.API the estimator calls; the queries are parsed with
+// Prometheus' own parser, and increase() follows Prometheus 2.x
+// (extrapolatedRate): no result with fewer than two samples in the range,
+// otherwise the growth between the first and last sample, extrapolated toward
+// the range's ends by at most half a scrape interval unless a sample lies
+// within 1.1 intervals of the end, and never back past zero.
+type simProm struct {
+	v1.API
+	t     *testing.T
+	model *envoyModel
+	seen  []string
+}
+
+func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Option) (model.Value, v1.Warnings, error) {
+	s.seen = append(s.seen, q)
+	s.model.scrapeUntil(ts)
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(q)
+	if err != nil {
+		s.t.Fatalf("simProm: %q: %v", q, err)
+	}
+	agg, ok := expr.(*parser.AggregateExpr)
+	call, ok2 := func() (*parser.Call, bool) {
+		if !ok {
+			return nil, false
+		}
+		c, ok := agg.Expr.(*parser.Call)
+		return c, ok
+	}()
+	if !ok || !ok2 || agg.Op != parser.SUM || call.Func.Name != "increase" {
+		s.t.Fatalf("simProm: query shape not modelled: %q", q)
+	}
+	ms := call.Args[0].(*parser.MatrixSelector)
+	vs := ms.VectorSelector.(*parser.VectorSelector)
+	for _, lm := range vs.LabelMatchers {
+		if lm.Name == envoyClusterLabel && (lm.Type != labels.MatchEqual || lm.Value != s.model.cluster) {
+			// Anything else, the bypass cluster included, has no data here.
+			return model.Vector{}, nil, nil
+		}
+	}
+	end := ts.Add(-vs.OriginalOffset)
+	start := end.Add(-ms.Range)
+	var in []scrape
+	for _, sc := range s.model.scrapes {
+		if sc.at.After(start) && !sc.at.After(end) {
+			in = append(in, sc)
+		}
+	}
+	if len(in) < 2 {
+		return model.Vector{}, nil, nil
+	}
+	first, last := in[0], in[len(in)-1]
+	sampled := last.at.Sub(first.at).Seconds()
+	avg := sampled / float64(len(in)-1)
+	toStart, toEnd := first.at.Sub(start).Seconds(), end.Sub(last.at).Seconds()
+	if grew := last.attempts - first.attempts; grew > 0 {
+		toStart = math.Min(toStart, sampled*first.attempts/grew)
+	}
+	if toStart >= 1.1*avg {
+		toStart = avg / 2
+	}
+	if toEnd >= 1.1*avg {
+		toEnd = avg / 2
+	}
+	scale := (sampled + toStart + toEnd) / sampled
+	at := model.TimeFromUnixNano(ts.UnixNano())
+	switch vs.Name {
+	case "envoy_cluster_upstream_rq_retry":
+		return model.Vector{{Value: model.SampleValue((last.retries - first.retries) * scale), Timestamp: at}}, nil, nil
+	case "envoy_cluster_upstream_rq_total":
+		return model.Vector{{Value: model.SampleValue((last.attempts - first.attempts) * scale), Timestamp: at}}, nil, nil
+	case "envoy_cluster_upstream_rq_time_bucket":
+		var vec model.Vector
+		for i := range last.cum {
+			le := "+Inf"
+			if i < len(s.model.bounds) {
+				le = strconv.FormatFloat(s.model.bounds[i], 'f', -1, 64)
+			}
+			vec = append(vec, &model.Sample{Metric: model.Metric{model.BucketLabel: model.LabelValue(le)},
+				Value: model.SampleValue((last.cum[i] - first.cum[i]) * scale), Timestamp: at})
+		}
+		return vec, nil, nil
+	}
+	s.t.Fatalf("simProm: metric not modelled: %q", q)
+	return nil, nil, nil
+}
+
+// TestEnvoyModelBuckets pins the model to Envoy 1.40: requests of a known
+// latency, sent through a real Envoy with these buckets, showed up first in
+// these buckets (the backend slept the time given; Envoy measured a few tenths
+// of a millisecond more).
+func TestEnvoyModelBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		measuredMS float64 // what Envoy's upstream_rq_time saw, backend sleep + overhead
+		firstLE    float64
+	}{
+		{11.5, 11}, {13.5, 13}, {15.5, 15}, {17.5, 17}, {19.5, 19}, {104.7, 100},
+		// 112ms is in bin [110,120), whose lower edge is 1.1*100 = 110.00000000000001.
+		{112.2, 111},
+	} {
+		m := &envoyModel{bounds: []float64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 100, 110, 111, 120}, scrapeEvery: time.Hour}
+		m.inBin = make([]float64, len(m.bounds)+1)
+		m.record(time.Time{}, tc.measuredMS, 0, 0, 0)
+		i := slices.Index(m.inBin, 1)
+		if i >= len(m.bounds) || m.bounds[i] != tc.firstLE {
+			t.Errorf("%.1fms: first counted in bucket %d, want le=%g", tc.measuredMS, i, tc.firstLE)
+		}
+	}
+	// And the estimator reads those buckets with the matching edge.
+	for _, tc := range []struct{ bound, edge float64 }{{16, 17}, {99, 100}, {100, 110}, {111, 120}, {750, 760}, {1000, 1100}} {
+		if got := envoyEdge(tc.bound/1000) * 1000; math.Abs(got-tc.edge) > 1e-9 {
+			t.Errorf("envoyEdge(%gms) = %gms, want %gms", tc.bound, got, tc.edge)
+		}
+	}
+}
+
+// latencyModel draws one attempt's latency in ms at time t.
+type latencyModel func(t time.Duration, rng *rand.Rand) float64
+
+// bimodalMS is a fast mode of base plus a small, skewed jitter (what a Go
+// server sleeping base shows through Envoy), and slowShare of requests 100ms
+// slower, independently per attempt.
+func bimodalMS(base, slowShare float64) latencyModel {
+	return func(_ time.Duration, rng *rand.Rand) float64 {
+		v := base + 0.1 + 0.3*rng.ExpFloat64()
+		if rng.Float64() < slowShare {
+			v += 100
+		}
+		return v
+	}
+}
+
+func lognormalMS(median, sigma float64) latencyModel {
+	return func(_ time.Duration, rng *rand.Rand) float64 { return median * math.Exp(sigma*rng.NormFloat64()) }
+}
+
+// shiftMS runs before, then after from from to until, then before again.
+func shiftMS(before, after latencyModel, from, until time.Duration) latencyModel {
+	return func(t time.Duration, rng *rand.Rand) float64 {
+		if t >= from && t < until {
+			return after(t, rng)
+		}
+		return before(t, rng)
+	}
+}
+
