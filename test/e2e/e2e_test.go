@@ -148,6 +148,12 @@ func TestKind(t *testing.T) {
 		if b, h := report.Arms["bypass"].P99, report.Arms["hedged"].P99; !(h <= 0.5*b) {
 			t.Errorf("hedged p99 %.1f ms is not <= 0.5 x bypass p99 %.1f ms", h, b)
 		}
+		if budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent); report.ExtraLoadPct > budget+1 || report.ExtraLoadPct < 0 {
+			t.Errorf("extra load %.2f%% at the replicas, want at most the budget %v%% + 1 point", report.ExtraLoadPct, budget)
+		}
+		if report.PostsSent > 0 && report.PostSideEffects != report.PostsSent {
+			t.Errorf("%v POSTs sent, %v executed", report.PostsSent, report.PostSideEffects)
+		}
 		if helmErr != nil {
 			t.Errorf("helm test: %v", helmErr)
 		}

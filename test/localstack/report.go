@@ -51,7 +51,11 @@ type Arm struct {
 
 // Report is report.json. Other tools read it: keep the documented keys stable.
 type Report struct {
+	// Arms holds "hedged" and the unhedged reference, keyed by UnhedgedArm:
+	// "bypass" (the bypass route of the same Envoy) or "direct" (straight to
+	// the replicas).
 	Arms              map[string]Arm     `json:"arms"`
+	UnhedgedArm       string             `json:"unhedged_arm"`
 	Ratio             map[string]float64 `json:"ratio"`
 	ExtraLoadPct      float64            `json:"extra_load_pct"`
 	BudgetPct         int32              `json:"budget_pct"`
@@ -90,6 +94,9 @@ func NewReport(summary map[string]any, policy *tailcutv1alpha1.HedgePolicy) (Rep
 	if r.Reasons == nil {
 		r.Reasons = []string{}
 	}
+	if r.UnhedgedArm == "" {
+		r.UnhedgedArm = "bypass"
+	}
 	r.BudgetPct = policy.Spec.EffectiveBudget().MaxExtraLoadPercent
 	r.DelayReason, r.DelaySource = policy.Status.DelayReason, string(policy.Status.DelaySource)
 	if d := policy.Status.EffectiveDelay; d != nil {
@@ -98,19 +105,23 @@ func NewReport(summary map[string]any, policy *tailcutv1alpha1.HedgePolicy) (Rep
 	return r, nil
 }
 
+// Unhedged is the reference arm.
+func (r Report) Unhedged() Arm { return r.Arms[r.UnhedgedArm] }
+
 // PrintTable writes the A/B table.
 func (r Report) PrintTable(w io.Writer) {
 	fmt.Fprintf(w, "\ntailcut A/B, scenario %s: %g rps per arm for %s, through one Envoy to the same 3 replicas\n\n", r.Scenario, r.RatePerArm, r.Duration)
 	fmt.Fprintf(w, "%-8s %8s %8s %8s %8s %8s %8s %8s\n", "arm", "count", "p50", "p90", "p95", "p99", "p99.9", "max")
-	for _, name := range []string{"bypass", "hedged"} {
+	for _, name := range []string{r.UnhedgedArm, "hedged"} {
 		a := r.Arms[name]
 		fmt.Fprintf(w, "%-8s %8.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", name, a.Count, a.P50, a.P90, a.P95, a.P99, a.P999, a.Max)
 	}
-	fmt.Fprintf(w, "%-8s %8s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "hedged/bypass", "", r.Ratio["p50"], r.Ratio["p90"], r.Ratio["p95"], r.Ratio["p99"], r.Ratio["p999"])
+	fmt.Fprintf(w, "%-8s %8s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "hedged/"+r.UnhedgedArm, "", r.Ratio["p50"], r.Ratio["p90"], r.Ratio["p95"], r.Ratio["p99"], r.Ratio["p999"])
 	fmt.Fprintf(w, "\n(latency in ms, measured by k6 at the client)\n")
 	fmt.Fprintf(w, "delay chosen by tailcut: %.1f ms (%s): %s\n", r.DelayMS, r.DelaySource, r.DelayReason)
-	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%)\n", r.ExtraLoadPct, r.BudgetPct)
-	fmt.Fprintf(w, "errors: bypass %.4f, hedged %.4f; dropped iterations: %.0f\n", r.Arms["bypass"].ErrorRate, r.Arms["hedged"].ErrorRate, r.DroppedIterations)
+	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%, at most %d%% + 1 point to pass)\n", r.ExtraLoadPct, r.BudgetPct, r.BudgetPct)
+	fmt.Fprintf(w, "errors: %s %.4f, hedged %.4f; dropped iterations: %.0f; POSTs: %.0f sent, %.0f executed\n",
+		r.UnhedgedArm, r.Unhedged().ErrorRate, r.Arms["hedged"].ErrorRate, r.DroppedIterations, r.PostsSent, r.PostSideEffects)
 	if r.Pass {
 		fmt.Fprintln(w, "verdict: PASS")
 	} else {
@@ -151,7 +162,7 @@ func (r Report) plot() ([]byte, error) {
 	p.Y.Label.Text = "latency (ms)"
 	p.X.Tick.Marker = percentileTicks{}
 	p.Add(plotter.NewGrid())
-	for i, name := range []string{"bypass", "hedged"} {
+	for i, name := range []string{r.UnhedgedArm, "hedged"} {
 		pts := percentilePoints(r.Arms[name].Percentiles)
 		if len(pts) == 0 {
 			return nil, fmt.Errorf("arm %s has no percentiles", name)

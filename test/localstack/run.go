@@ -18,6 +18,7 @@ package localstack
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,8 +42,9 @@ import (
 // PolicyName is the HedgePolicy the stack applies.
 const PolicyName = "workload"
 
-// ApplyPolicy creates the demo's Auto HedgePolicy: p95 of the unhedged (bypass)
-// traffic, a 5% budget, evaluated every 5 seconds.
+// ApplyPolicy creates the demo's Auto HedgePolicy: the default source (the
+// hedged route's own traffic in Envoy), p95, a 5% budget, a 30s window
+// evaluated every 5 seconds.
 func (s *Stack) ApplyPolicy(ctx context.Context, mutate func(*tailcutv1alpha1.HedgePolicySpec)) (*tailcutv1alpha1.HedgePolicy, error) {
 	p := &tailcutv1alpha1.HedgePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: PolicyName},
@@ -68,9 +70,9 @@ func (s *Stack) Policy(ctx context.Context) (*tailcutv1alpha1.HedgePolicy, error
 	return &p, s.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PolicyName}, &p)
 }
 
-// WaitReady sends warm-up traffic through both routes until the policy shows a
-// delay derived from Prometheus that Envoy acknowledged and that has not moved
-// for Settled, reporting progress.
+// WaitReady sends ordinary warm-up traffic (no bypass header: what real
+// clients send) until the policy shows a delay derived from Prometheus that
+// Envoy acknowledged and that has not moved for Settled, reporting progress.
 func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration) (*tailcutv1alpha1.HedgePolicy, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
@@ -123,30 +125,52 @@ func durationOrNone(d *metav1.Duration) string {
 	return d.Duration.String()
 }
 
-// warmup sends rps requests per second, half of them on the bypass route, until
-// ctx ends, so Prometheus has latency samples before the measured run.
+// warmup sends rps ordinary requests per second through Envoy until ctx ends,
+// so Prometheus has latency samples before the measured run.
 func (s *Stack) warmup(ctx context.Context, rps int) {
 	tick := time.NewTicker(time.Second / time.Duration(rps))
 	defer tick.Stop()
 	url := "http://" + addr(s.opts.Ports.Listener) + "/"
-	for i := 0; ; i++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		go func(bypass bool) {
+		go func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			req.Host = Host()
-			if bypass {
-				req.Header.Set("x-tailcut-bypass", "1")
-			}
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
-		}(i%2 == 0)
+		}()
 	}
+}
+
+// Shift installs cfg on every replica (PUT /config), as a deploy that changes
+// the service's latency would.
+func (s *Stack) Shift(ctx context.Context, cfg map[string]any) error {
+	body, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	for _, port := range s.opts.Ports.Workloads {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr(port)+"/config", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("PUT /config on %s: %s: %s", addr(port), resp.Status, b)
+		}
+	}
+	return nil
 }
 
 // Host is the Host header that names the Service.
@@ -158,22 +182,35 @@ type K6Options struct {
 	Duration    string
 	MaxP99Ratio float64
 	PostRate    int
+	// Unhedged is the reference arm: "bypass" (the bypass route through the
+	// same Envoy, the default) or "direct" (straight to the replicas).
+	Unhedged string
+	// BudgetPct, when set, fails the verdict when the extra load counted at
+	// the replicas is above it + 1 point.
+	BudgetPct int32
 }
 
 // RunK6 runs test/k6/hedge-ab.js against Envoy and returns its JSON summary.
 func (s *Stack) RunK6(ctx context.Context, o K6Options, stdout io.Writer) (map[string]any, error) {
-	var metrics []string
+	var metrics, direct []string
 	for _, port := range s.opts.Ports.Workloads {
 		metrics = append(metrics, "http://"+addr(port)+"/metrics")
+		direct = append(direct, "http://"+addr(port))
+	}
+	if o.Unhedged == "" {
+		o.Unhedged = "bypass"
 	}
 	summaryPath := s.dir("k6-summary.json")
 	cmd := exec.CommandContext(ctx, s.bins["k6"], "run", "--quiet", "--no-usage-report",
 		filepath.Join(envtestutil.RepoRoot(), "test", "k6", "hedge-ab.js"))
 	cmd.Env = append(os.Environ(),
-		"TARGET_URL=http://"+addr(s.opts.Ports.Listener), "HOST="+Host(),
+		"TARGET_URL=http://"+addr(s.opts.Ports.Listener), "HOST="+Host(), "UNHEDGED="+o.Unhedged, "DIRECT_URLS="+strings.Join(direct, ","),
 		fmt.Sprintf("RATE=%d", o.Rate), "DURATION="+o.Duration, fmt.Sprintf("MAX_P99_RATIO=%g", o.MaxP99Ratio),
 		fmt.Sprintf("POST_RATE=%d", o.PostRate), "WORKLOAD_METRICS="+strings.Join(metrics, ","),
 		"SCENARIO="+s.opts.Scenario.Name, "SUMMARY_PATH="+summaryPath, "K6_NO_USAGE_REPORT=true")
+	if o.BudgetPct > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("BUDGET_PCT=%d", o.BudgetPct))
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -203,9 +240,35 @@ func (s *Stack) RunK6(ctx context.Context, o K6Options, stdout io.Writer) (map[s
 	return summary, nil
 }
 
-// RunAB runs the k6 A/B and returns its report together with the policy as it
-// stood at the end of the run.
+// RunAB runs the k6 A/B, with the scenario's phases, and returns its report
+// together with the policy as it stood at the end of the run.
 func (s *Stack) RunAB(ctx context.Context, o K6Options, stdout io.Writer) (Report, *tailcutv1alpha1.HedgePolicy, error) {
+	phases := s.opts.Scenario.Phases
+	if len(phases) > 0 {
+		length, err := time.ParseDuration(o.Duration)
+		if err != nil {
+			return Report{}, nil, fmt.Errorf("duration %q: %w", o.Duration, err)
+		}
+		// Every run starts from the scenario's own model.
+		if err := s.Shift(ctx, s.opts.Scenario.ReplicaConfig(0)); err != nil {
+			return Report{}, nil, err
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		start := time.Now()
+		go func() {
+			for _, ph := range phases {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-time.After(time.Until(start.Add(time.Duration(ph.At * float64(length))))):
+				}
+				if err := s.Shift(runCtx, ph.Config); err != nil && runCtx.Err() == nil {
+					s.logf("phase at %.0f%% of the run: %v", 100*ph.At, err)
+				}
+			}
+		}()
+	}
 	summary, err := s.RunK6(ctx, o, stdout)
 	if err != nil {
 		return Report{}, nil, err

@@ -32,10 +32,24 @@ type Scenario struct {
 	// HedgingHelps is false where hedging cannot win and must back off
 	// (saturation).
 	HedgingHelps bool
+	// Phases change every replica's model during each measured run.
+	Phases []Phase
+}
+
+// Phase installs Config on every replica once At (a fraction of the run's
+// length) of a measured run has passed, as a deploy that changes the
+// service's latency would.
+type Phase struct {
+	At     float64
+	Config map[string]any
 }
 
 // ReplicaConfig is replica i's WORKLOAD_CONFIG.
 func (s Scenario) ReplicaConfig(i int) map[string]any { return s.config(i) }
+
+func bimodal(baseMS int) map[string]any {
+	return map[string]any{"model": "bimodal", "base": fmt.Sprintf("%dms", baseMS), "slowProbability": 0.05, "slowExtra": "100ms"}
+}
 
 func same(cfg map[string]any) func(int) map[string]any {
 	return func(int) map[string]any { return cfg }
@@ -55,6 +69,8 @@ var Scenarios = map[string]Scenario{
 		config: func(i int) map[string]any {
 			return map[string]any{"model": "badhost", "base": "15ms", "slowExtra": "100ms", "badHost": i == 0}
 		}},
+	"shift": {Name: "shift", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower; the fast mode moves to 40ms for the middle third of each run",
+		config: same(bimodal(15)), Phases: []Phase{{At: 1.0 / 3, Config: bimodal(40)}, {At: 2.0 / 3, Config: bimodal(15)}}},
 	"saturation": {Name: "saturation", HedgingHelps: false, Description: "each replica serves 2 requests at once, 15ms each; the rest queue",
 		config: same(map[string]any{"model": "saturation", "base": "15ms", "concurrency": 2})},
 }

@@ -1,28 +1,40 @@
-// tailcut A/B verification: the same Envoy, the same replicas, two arms in one run.
-//   bypass: requests carry x-tailcut-bypass: 1 and take the unhedged route.
-//   hedged: plain requests take the hedged route.
+// tailcut A/B verification: the hedged route and an unhedged reference, two arms
+// in one run against the same replicas.
+//   hedged: plain requests through tailcut's Envoy: the traffic real clients
+//           send, and the only traffic tailcut's estimator reads.
+//   unhedged, by UNHEDGED:
+//     bypass: requests carrying x-tailcut-bypass: 1 through the same Envoy, so
+//             both arms share every hop; the estimator never reads that route.
+//     direct: requests straight to the replicas (DIRECT_URLS, round robin):
+//             what clients get without tailcut at all.
 // Both arms run an open model (constant-arrival-rate), so a slow server cannot slow
 // the offered load down; a run that drops iterations is reported as invalid.
 //
 // Environment:
 //   TARGET_URL      Envoy listener, e.g. http://127.0.0.1:10000        (required)
 //   HOST            Host header naming the Service, e.g. workload.demo  (required)
+//   UNHEDGED        bypass or direct                                    (default bypass)
+//   DIRECT_URLS     comma-separated replica base URLs, for UNHEDGED=direct
 //   RATE            requests per second per arm                         (default 150)
 //   DURATION        run length                                          (default 60s)
 //   PATH_PREFIX     request path                                        (default /)
-//   MAX_P99_RATIO   pass when hedged p99 <= ratio * bypass p99          (default 0.5)
+//   MAX_P99_RATIO   pass when hedged p99 <= ratio * unhedged p99        (default 0.5)
 //   WORKLOAD_METRICS comma-separated /metrics URLs of the replicas, to count the
 //                   extra attempts that reached them                    (optional)
+//   BUDGET_PCT      the policy's maxExtraLoadPercent: fail when the extra load
+//                   counted at the replicas is above it + EXTRA_LOAD_SLACK_PCT
+//                   (default 1 point); needs WORKLOAD_METRICS            (optional)
 //   POST_RATE       POSTs per second on the hedged host (must never be duplicated) (default 0)
 //   SCENARIO        free text copied to the summary                     (optional)
 //   SUMMARY_PATH    where handleSummary writes the JSON summary         (default summary.json)
 //   HEDGED_P99_MAX_MS optional absolute threshold on the hedged arm's p99
 //
-// k6 thresholds cannot compare two metrics, so the hedged/bypass verdict is
-// computed in handleSummary ("verdict" in the JSON) and enforced by the runner
-// (make demo, make test-e2e, the kind e2e). The thresholds below make k6 itself
-// exit non-zero on errors, dropped iterations and, when HEDGED_P99_MAX_MS is set,
-// a hedged p99 above that bound.
+// k6 thresholds cannot compare two metrics, so the verdict is computed in
+// handleSummary ("verdict" in the JSON) and enforced by the runner (make demo,
+// make test-e2e, the kind e2e). It checks every promise at once: the tail ratio,
+// the extra load against the budget, errors, dropped iterations and duplicated
+// POSTs. The thresholds below make k6 itself exit non-zero on errors, dropped
+// iterations and, when HEDGED_P99_MAX_MS is set, a hedged p99 above that bound.
 import http from 'k6/http';
 import { check } from 'k6';
 import { Counter } from 'k6/metrics';
@@ -33,6 +45,12 @@ const RATE = parseInt(__ENV.RATE || '150', 10);
 const DURATION = __ENV.DURATION || '60s';
 const PATH = __ENV.PATH_PREFIX || '/';
 const MAX_RATIO = parseFloat(__ENV.MAX_P99_RATIO || '0.5');
+const UNHEDGED = __ENV.UNHEDGED || 'bypass';
+if (UNHEDGED !== 'bypass' && UNHEDGED !== 'direct') throw new Error(`UNHEDGED must be bypass or direct, not ${UNHEDGED}`);
+const DIRECT = (__ENV.DIRECT_URLS || '').split(',').filter((u) => u);
+if (UNHEDGED === 'direct' && DIRECT.length === 0) throw new Error('UNHEDGED=direct needs DIRECT_URLS');
+const BUDGET = __ENV.BUDGET_PCT ? parseFloat(__ENV.BUDGET_PCT) : null;
+const SLACK = parseFloat(__ENV.EXTRA_LOAD_SLACK_PCT || '1');
 const POST_RATE = parseInt(__ENV.POST_RATE || '0', 10);
 const METRICS = (__ENV.WORKLOAD_METRICS || '').split(',').filter((u) => u);
 // Enough VUs that the arrival rate never waits for a free VU: rate x worst latency.
@@ -59,7 +77,7 @@ function arm(name, exec, rate) {
   };
 }
 
-const scenarios = { bypass: arm('bypass', 'bypass', RATE), hedged: arm('hedged', 'hedged', RATE) };
+const scenarios = { [UNHEDGED]: arm(UNHEDGED, UNHEDGED, RATE), hedged: arm('hedged', 'hedged', RATE) };
 if (POST_RATE > 0) scenarios.posts = arm('posts', 'post', POST_RATE);
 
 export const options = {
@@ -68,12 +86,12 @@ export const options = {
   // Thresholds on the arm sub-metrics also make k6 report them in the summary.
   // A median above 5s means requests are timing out, not being measured.
   thresholds: {
-    'http_req_duration{arm:bypass}': ['p(50)<5000'],
+    [`http_req_duration{arm:${UNHEDGED}}`]: ['p(50)<5000'],
     'http_req_duration{arm:hedged}': ['p(50)<5000'].concat(
       __ENV.HEDGED_P99_MAX_MS ? [`p(99)<${parseFloat(__ENV.HEDGED_P99_MAX_MS)}`] : []),
-    'http_req_failed{arm:bypass}': ['rate==0'],
+    [`http_req_failed{arm:${UNHEDGED}}`]: ['rate==0'],
     'http_req_failed{arm:hedged}': ['rate==0'],
-    'http_reqs{arm:bypass}': ['count>0'],
+    [`http_reqs{arm:${UNHEDGED}}`]: ['count>0'],
     'http_reqs{arm:hedged}': ['count>0'],
     dropped_iterations: ['count==0'],
   },
@@ -84,6 +102,13 @@ export const options = {
 export function bypass() {
   const r = http.get(TARGET + PATH, { headers: { Host: HOST, 'x-tailcut-bypass': '1' } });
   check(r, { 'bypass 200': (x) => x.status === 200 });
+}
+
+let next = 0;
+export function direct() {
+  const url = DIRECT[next++ % DIRECT.length];
+  const r = http.get(url + PATH);
+  check(r, { 'direct 200': (x) => x.status === 200 });
 }
 
 export function hedged() {
@@ -147,17 +172,20 @@ function counter(data, name) {
 }
 
 export function handleSummary(data) {
-  const bypassArm = trend(data, 'bypass');
+  const unhedgedArm = trend(data, UNHEDGED);
   const hedgedArm = trend(data, 'hedged');
-  const ratio = (k) => (bypassArm[k] > 0 ? hedgedArm[k] / bypassArm[k] : null);
+  const ratio = (k) => (unhedgedArm[k] > 0 ? hedgedArm[k] / unhedgedArm[k] : null);
   const extra = counter(data, 'backend_extra_attempts');
   const dropped = counter(data, 'dropped_iterations');
   const posts = counter(data, 'posts_sent');
   const sideEffects = counter(data, 'backend_side_effects');
   const summary = {
-    arms: { bypass: bypassArm, hedged: hedgedArm },
+    arms: { [UNHEDGED]: unhedgedArm, hedged: hedgedArm },
+    unhedged_arm: UNHEDGED,
     ratio: { p50: ratio('p50_ms'), p90: ratio('p90_ms'), p95: ratio('p95_ms'), p99: ratio('p99_ms'), p999: ratio('p999_ms') },
     extra_load_pct: METRICS.length && hedgedArm.count ? (100 * extra) / hedgedArm.count : null,
+    budget_pct: BUDGET,
+    extra_load_slack_pct: SLACK,
     backend_requests: counter(data, 'backend_requests'),
     backend_extra_attempts: extra,
     posts_sent: posts,
@@ -170,9 +198,15 @@ export function handleSummary(data) {
   };
   const reasons = [];
   if (dropped > 0) reasons.push(`invalid run: ${dropped} dropped iterations (open model could not keep the rate)`);
-  if (bypassArm.error_rate > 0 || hedgedArm.error_rate > 0) reasons.push('requests failed');
+  if (unhedgedArm.error_rate > 0 || hedgedArm.error_rate > 0) reasons.push('requests failed');
   if (summary.ratio.p99 === null || summary.ratio.p99 > MAX_RATIO) {
-    reasons.push(`hedged p99 ${fmt(hedgedArm.p99_ms)} ms is not <= ${MAX_RATIO} x bypass p99 ${fmt(bypassArm.p99_ms)} ms`);
+    reasons.push(`hedged p99 ${fmt(hedgedArm.p99_ms)} ms is not <= ${MAX_RATIO} x ${UNHEDGED} p99 ${fmt(unhedgedArm.p99_ms)} ms`);
+  }
+  if (BUDGET !== null) {
+    if (summary.extra_load_pct === null) reasons.push('extra load not measured (BUDGET_PCT needs WORKLOAD_METRICS)');
+    else if (summary.extra_load_pct > BUDGET + SLACK) {
+      reasons.push(`extra load ${fmt(summary.extra_load_pct, 2)}% is above the ${BUDGET}% budget + ${SLACK} point`);
+    }
   }
   if (METRICS.length && posts > 0 && sideEffects > posts) reasons.push(`${sideEffects - posts} POSTs were duplicated`);
   summary.verdict = { pass: reasons.length === 0, reasons };
@@ -189,7 +223,7 @@ function fmt(v, digits = 1) {
 
 function table(s) {
   const rows = [['', 'count', 'p50', 'p90', 'p95', 'p99', 'p99.9', 'max']];
-  for (const name of ['bypass', 'hedged']) {
+  for (const name of [s.unhedged_arm, 'hedged']) {
     const a = s.arms[name];
     rows.push([name, String(a.count), fmt(a.p50_ms), fmt(a.p90_ms), fmt(a.p95_ms), fmt(a.p99_ms), fmt(a.p999_ms), fmt(a.max_ms)]);
   }
@@ -197,6 +231,7 @@ function table(s) {
   rows.push(['ratio', '', fmt(r.p50, 2), fmt(r.p90, 2), fmt(r.p95, 2), fmt(r.p99, 2), fmt(r.p999, 2), '']);
   const out = rows.map((row) => row.map((c, i) => (i === 0 ? c.padEnd(8) : c.padStart(8))).join('')).join('\n');
   const verdict = s.verdict.pass ? 'PASS' : 'FAIL: ' + s.verdict.reasons.join('; ');
+  const budget = s.budget_pct === null ? '' : ` (budget ${s.budget_pct}% + ${s.extra_load_slack_pct} point)`;
   return `\nlatency (ms), ${s.rate_per_arm} rps per arm for ${s.duration}\n${out}\nextra load at the backends: ${
-    s.extra_load_pct === null ? 'not measured' : s.extra_load_pct.toFixed(2) + '%'}\n${verdict}\n`;
+    s.extra_load_pct === null ? 'not measured' : s.extra_load_pct.toFixed(2) + '%'}${budget}\n${verdict}\n`;
 }

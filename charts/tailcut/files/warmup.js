@@ -1,6 +1,8 @@
 // tailcut demo warm-up: a low, steady load on both routes (bypass and hedged)
-// through tailcut's Envoy, so that Prometheus has latency samples to derive
-// the hedge delay from and the dashboards have data before the A/B run.
+// through tailcut's Envoy. The hedged route's plain requests are what tailcut
+// derives the hedge delay from, as it would from any client's; the bypass
+// route, which the estimator never reads, gives the dashboards' A/B panels data
+// before the A/B run.
 //
 // Environment: TARGET_URL, HOST (required); RATE per route (default 20),
 // DURATION (default 5m).
