@@ -42,7 +42,7 @@ var (
 	}, []string{"policy", "lower_bound"})
 	hedgeRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_rate",
-		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%); absent when unknown.",
+		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%): the last reading, as in status.hedgeRate.",
 	}, []string{"policy"})
 )
 
@@ -73,10 +73,10 @@ func record(policy *tailcutv1alpha1.HedgePolicy, res Result, failed string) {
 		quantileSeconds.DeleteLabelValues(key, strconv.FormatBool(!q.LowerBound))
 		quantileSeconds.WithLabelValues(key, lower).Set(q.Value.Seconds())
 	}
+	// Like status, the gauges keep the last reading until a new one comes:
+	// an evaluation that reads nothing (right after a change) changes nothing.
 	if res.HedgeRate != nil {
 		hedgeRate.WithLabelValues(key).Set(res.HedgeRate.Percent / 100)
-	} else {
-		hedgeRate.DeleteLabelValues(key)
 	}
 }
 

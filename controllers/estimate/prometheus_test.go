@@ -659,6 +659,14 @@ func TestMetrics(t *testing.T) {
 	if err := quantileSeconds.WithLabelValues("shop/metrics", "false").Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.017) > 1e-9 {
 		t.Errorf("tailcut_hedge_quantile_seconds = %v (%v), want 0.017", m.GetGauge().GetValue(), err)
 	}
+	// An evaluation that reads nothing (within an interval of a change) keeps
+	// the last readings, as status does.
+	held := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Name = "metrics" },
+		prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Second))
+	estimate(t, f, held)
+	if !hasSeries(hedgeRate, "shop/metrics") || !hasSeries(quantileSeconds, "shop/metrics") {
+		t.Errorf("an evaluation without a reading removed the last hedge rate or quantile")
+	}
 	ForgetPolicy("shop", "metrics")
 	for _, c := range []prometheus.Collector{delaySeconds, hedgeRate, quantileSeconds, estimateErrors} {
 		if hasSeries(c, "shop/metrics") {
