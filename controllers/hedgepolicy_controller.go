@@ -114,27 +114,32 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) (time.Duration, error) {
 	key := client.ObjectKeyFromObject(policy)
 	interval := policy.Spec.EffectiveEvaluationInterval()
+	target := policy.Spec.EffectivePublishTarget()
 
 	svcPort, reason, msg, err := r.resolveTarget(ctx, policy)
 	if err != nil {
 		return 0, err
 	}
 	if reason != "" {
+		// Nothing to route to: withdraw the policy everywhere.
 		r.notAccepted(policy, status, now, reason, msg)
-		// Traffic to a missing target cannot be hedged; withdraw stale settings.
-		return interval, r.removeEverywhere(ctx, key, policy.Spec.EffectivePublishTarget())
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
+		r.setReady(policy, status, now)
+		return interval, r.removeEverywhere(ctx, key, "")
 	}
 
 	est, err := r.Estimator.Estimate(ctx, policy, now.Time)
 	if err != nil {
-		r.notAccepted(policy, status, now, tailcutv1alpha1.ReasonInvalidQuery, err.Error())
-		return interval, r.removeEverywhere(ctx, key, policy.Spec.EffectivePublishTarget())
+		// A policy that cannot be evaluated must not take the Service's traffic
+		// down with it: the route stays, unhedged (est.Delay is 0).
+		r.notAccepted(policy, status, now, tailcutv1alpha1.ReasonInvalidQuery, err.Error()+"; the route stays, unhedged")
+		est = estimate.Result{}
+	} else {
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, true, tailcutv1alpha1.ReasonAccepted,
+			fmt.Sprintf("target Service %s port %d found", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
+		est.Apply(status, now)
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, est.Reason)
 	}
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, true, tailcutv1alpha1.ReasonAccepted,
-		fmt.Sprintf("target Service %s port %d found", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
-	est.Apply(status, now)
-	derivedMsg := est.Reason
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, derivedMsg)
 
 	endpoints, err := r.endpointsFor(ctx, policy, svcPort)
 	if err != nil {
@@ -143,21 +148,26 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	p, err := plan.Build(planInput(policy, est.Delay, endpoints))
 	if err != nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, "invalid route plan: "+err.Error())
+		r.setReady(policy, status, now)
 		return interval, nil
 	}
 
 	var publishErr error
-	pub := r.Publishers[policy.Spec.EffectivePublishTarget()]
-	if pub == nil {
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent,
-			fmt.Sprintf("no %s publisher runs in this operator", policy.Spec.EffectivePublishTarget()))
-	} else if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
-	} else {
-		r.reportProgram(policy, status, now, pub.Status(key))
+	pub := r.Publishers[target]
+	switch {
+	case pub == nil:
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
+	default:
+		if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
+			r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
+		} else {
+			r.reportProgram(policy, status, now, pub.Status(key))
+		}
 	}
 	r.setReady(policy, status, now)
-	return interval, publishErr
+	// The policy lives in one publisher at a time: after a switch of
+	// publish.target, the old one withdraws it.
+	return interval, errors.Join(publishErr, r.removeEverywhere(ctx, key, target))
 }
 
 // resolveTarget finds the target Service port. A missing target is a reason, not
@@ -283,15 +293,19 @@ func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolic
 	}
 }
 
+// notAccepted records why the policy is not accepted: no delay is derived and
+// hedging is off. The caller sets Programmed and Ready.
 func (r *HedgePolicyReconciler) notAccepted(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, reason, msg string) {
 	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, false, reason, msg)
+	if status.EffectiveDelay != nil {
+		status.LastDelayChange = &now
+	}
 	status.EffectiveDelay = nil
 	status.DelaySource = tailcutv1alpha1.DelaySourceNone
 	status.DelayReason = "not accepted: " + truncate(msg, 1000)
 	status.Proxies = nil
+	status.BudgetFloor = nil
 	setUnknown(status, now, tailcutv1alpha1.ConditionDelayDerived, "the policy is not accepted")
-	r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
-	r.setReady(policy, status, now)
 }
 
 func (r *HedgePolicyReconciler) setProgrammed(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ok bool, reason, msg string) {
@@ -363,11 +377,12 @@ func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcut
 	return nil
 }
 
-// removeEverywhere withdraws the policy from every publisher except keep.
+// removeEverywhere withdraws the policy from every publisher except keep ("":
+// from all).
 func (r *HedgePolicyReconciler) removeEverywhere(ctx context.Context, key types.NamespacedName, keep tailcutv1alpha1.PublishTarget) error {
 	var errs []error
 	for target, pub := range r.Publishers {
-		if pub == nil || (keep != "" && target != keep) {
+		if pub == nil || target == keep {
 			continue
 		}
 		if err := pub.Remove(ctx, key); err != nil {

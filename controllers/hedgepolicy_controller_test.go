@@ -317,3 +317,58 @@ func TestDeletionWithdrawsThePlan(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSwitchingPublisherWithdrawsTheOldRoutes is issue #12's defect 7: moving a
+// policy from XDS to Istio left its routes in tailcut's Envoy.
+func TestSwitchingPublisherWithdrawsTheOldRoutes(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	key := client.ObjectKeyFromObject(p)
+	eventually(t, "plan published to XDS", func() error {
+		if _, ok := publisher.plan(key); !ok {
+			return fmt.Errorf("no plan yet")
+		}
+		return nil
+	})
+	base := p.DeepCopy()
+	p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+	if err := k8s.Patch(context.Background(), p, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonPublisherAbsent)
+	eventually(t, "the XDS routes withdrawn", func() error {
+		if _, ok := publisher.plan(key); ok {
+			return fmt.Errorf("the policy publishes to Istio now, but its XDS plan is still served")
+		}
+		return nil
+	})
+}
+
+// TestInvalidQueryKeepsTheRouteUnhedged is issue #12's defect 5: a typo in a
+// Custom query removed the virtual host, and clients got 404. The route must
+// stay, unhedged, while the policy is not accepted.
+func TestInvalidQueryKeepsTheRouteUnhedged(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
+		s.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
+			Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, x{svc="{{.Svc}}"})`,
+		}}
+	})
+	key := client.ObjectKeyFromObject(p)
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonInvalidQuery)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionAccepted); !strings.Contains(c.Message, "the route stays, unhedged") {
+		t.Errorf("Accepted message %q does not say what happens to traffic", c.Message)
+	}
+	eventually(t, "the route published without hedging", func() error {
+		rp, ok := publisher.plan(key)
+		if !ok {
+			return fmt.Errorf("no route for the Service: clients would get 404")
+		}
+		if rp.Hedge != nil {
+			return fmt.Errorf("route hedged with %+v while the policy is not accepted", rp.Hedge)
+		}
+		return nil
+	})
+}

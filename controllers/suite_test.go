@@ -72,10 +72,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// Custom queries go to the real Prometheus estimator, pointed at an address
+	// where nothing listens: an invalid template is refused before any query.
+	prom, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	r := &HedgePolicyReconciler{
 		Client:     mgr.GetClient(),
 		Recorder:   mgr.GetEventRecorder("tailcut"),
-		Estimator:  estimate.StaticOnly{},
+		Estimator:  suiteEstimator{prom: prom},
 		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: publisher},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -97,6 +104,17 @@ func run(m *testing.M) int {
 	}
 	k8s = mgr.GetClient()
 	return m.Run()
+}
+
+// suiteEstimator answers like an operator without --prometheus-url, except
+// for Custom queries, which the Prometheus estimator checks.
+type suiteEstimator struct{ prom *estimate.Prometheus }
+
+func (e suiteEstimator) Estimate(ctx context.Context, p *tailcutv1alpha1.HedgePolicy, now time.Time) (estimate.Result, error) {
+	if a := p.Spec.Delay.Auto; a != nil && a.Source == tailcutv1alpha1.EstimateSourceCustom {
+		return e.prom.Estimate(ctx, p, now)
+	}
+	return estimate.StaticOnly{}.Estimate(ctx, p, now)
 }
 
 // recordingPublisher remembers what the reconciler published and answers Status
