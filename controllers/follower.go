@@ -48,6 +48,8 @@ type FollowerPublisher struct {
 	WaitForCacheSync func(context.Context) bool
 	// MarkSynced is called once, after the first full pass, with the keys
 	// published, so the server never serves a snapshot built from a cold cache.
+	// A policy that failed in that pass does not hold it back: the others must
+	// be served, and the failure is logged and retried at every pass.
 	MarkSynced func(...types.NamespacedName)
 	// Interval between passes; default 2s.
 	Interval time.Duration
@@ -73,10 +75,13 @@ func (f *FollowerPublisher) Start(ctx context.Context) error {
 			return nil
 		default:
 		}
-		keys, err := f.pass(ctx, published)
+		keys, listed, err := f.pass(ctx, published)
 		if err != nil {
-			logf.FromContext(ctx).Error(err, "follower publisher pass failed; retrying")
-		} else if !marked {
+			logf.FromContext(ctx).Error(err, "follower publisher: some policies failed; retrying them at the next pass")
+		}
+		// Never mark without the full list: an empty first snapshot would
+		// wipe every proxy's routes.
+		if !marked && listed && ctx.Err() == nil {
 			f.MarkSynced(keys...)
 			marked = true
 		}
@@ -90,15 +95,15 @@ func (f *FollowerPublisher) Start(ctx context.Context) error {
 	}
 }
 
-// pass publishes every XDS policy's plan and removes what is gone.
-func (f *FollowerPublisher) pass(ctx context.Context, published map[types.NamespacedName]bool) ([]types.NamespacedName, error) {
+// pass publishes every XDS policy's plan and removes what is gone. listed is
+// false when the policies could not be listed at all.
+func (f *FollowerPublisher) pass(ctx context.Context, published map[types.NamespacedName]bool) (keys []types.NamespacedName, listed bool, err error) {
 	var list tailcutv1alpha1.HedgePolicyList
 	if err := f.Reconciler.List(ctx, &list); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var errs []error
 	seen := map[types.NamespacedName]bool{}
-	var keys []types.NamespacedName
 	for i := range list.Items {
 		policy := &list.Items[i]
 		if !policy.DeletionTimestamp.IsZero() || policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishXDS {
@@ -129,7 +134,7 @@ func (f *FollowerPublisher) pass(ctx context.Context, published map[types.Namesp
 			delete(published, key)
 		}
 	}
-	return keys, errors.Join(errs...)
+	return keys, true, errors.Join(errs...)
 }
 
 // planFromStatus builds the plan the leader published: ok is false when the
@@ -137,6 +142,10 @@ func (f *FollowerPublisher) pass(ctx context.Context, published map[types.Namesp
 func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (plan.RoutePlan, bool, error) {
 	svcPort, reason, _, err := f.Reconciler.resolveTarget(ctx, policy)
 	if err != nil || reason != "" {
+		return plan.RoutePlan{}, false, err
+	}
+	// The leader's rule, on the same data: the older policy keeps the port.
+	if reason, _, err := f.Reconciler.conflict(ctx, policy); err != nil || reason != "" {
 		return plan.RoutePlan{}, false, err
 	}
 	endpoints, err := f.Reconciler.endpointsFor(ctx, policy, svcPort)

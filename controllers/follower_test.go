@@ -19,11 +19,17 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
 )
 
 // TestFollowerPublishesTheLeadersDelay runs a follower beside the suite's
@@ -88,4 +94,64 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the follower kept running after this replica was elected")
 	}
+}
+
+// refusingPublisher fails to publish one policy, as a publisher does with a
+// plan it cannot serve.
+type refusingPublisher struct {
+	*recordingPublisher
+	refuse types.NamespacedName
+}
+
+func (p refusingPublisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
+	if client.ObjectKeyFromObject(owner) == p.refuse {
+		return fmt.Errorf("refused")
+	}
+	return p.recordingPublisher.Publish(ctx, owner, rp)
+}
+
+// TestFollowerSyncsDespiteABadPolicy is issue #12's defect 2: a follower marked
+// itself synced only after a pass without any error, so one policy it could
+// not publish kept it from ever serving xDS.
+func TestFollowerSyncsDespiteABadPolicy(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	newService(t, ns, "cart", 8080)
+	good := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	bad := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
+		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: "cart", Port: 8080}},
+	}
+	staticDelay(20 * time.Millisecond)(&bad.Spec)
+	if err := k8s.Create(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	pub := refusingPublisher{recordingPublisher: newRecordingPublisher(), refuse: client.ObjectKeyFromObject(bad)}
+	var mu sync.Mutex
+	var marked []types.NamespacedName
+	synced := false
+	f := &FollowerPublisher{
+		Reconciler: &HedgePolicyReconciler{Client: k8s}, Publisher: pub, Elected: make(chan struct{}),
+		WaitForCacheSync: func(context.Context) bool { return true },
+		MarkSynced: func(keys ...types.NamespacedName) {
+			mu.Lock()
+			defer mu.Unlock()
+			marked, synced = keys, true
+		},
+		Interval: 100 * time.Millisecond,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = f.Start(ctx) }()
+	eventually(t, "the follower marks itself synced", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !synced {
+			return fmt.Errorf("not synced: one refused policy holds the follower back")
+		}
+		if !slices.Contains(marked, client.ObjectKeyFromObject(good)) {
+			return fmt.Errorf("synced with %v, without the good policy", marked)
+		}
+		return nil
+	})
 }

@@ -120,8 +120,15 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	if err != nil {
 		return 0, err
 	}
+	if reason == "" {
+		reason, msg, err = r.conflict(ctx, policy)
+		if err != nil {
+			return 0, err
+		}
+	}
 	if reason != "" {
-		// Nothing to route to: withdraw the policy everywhere.
+		// Nothing to route to, or another policy routes it: withdraw the policy
+		// everywhere.
 		r.notAccepted(policy, status, now, reason, msg)
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
 		r.setReady(policy, status, now)
@@ -190,6 +197,40 @@ func (r *HedgePolicyReconciler) resolveTarget(ctx context.Context, policy *tailc
 		}
 	}
 	return nil, tailcutv1alpha1.ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %d", policy.Namespace, ref.Name, ref.Port), nil
+}
+
+// conflict says whether an older policy hedges the same Service port. Envoy
+// routes a Service port by one policy only, so the oldest (by creation time,
+// then name: the same answer on every replica) keeps it; the others are not
+// accepted, with reason Conflicted naming the winner.
+func (r *HedgePolicyReconciler) conflict(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (string, string, error) {
+	var list tailcutv1alpha1.HedgePolicyList
+	if err := r.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingFields{targetNameIndex: policy.Spec.TargetRef.Name}); err != nil {
+		return "", "", err
+	}
+	var winner *tailcutv1alpha1.HedgePolicy
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.UID == policy.UID || !p.DeletionTimestamp.IsZero() || p.Spec.TargetRef.Port != policy.Spec.TargetRef.Port {
+			continue
+		}
+		if older(p, policy) && (winner == nil || older(p, winner)) {
+			winner = p
+		}
+	}
+	if winner == nil {
+		return "", "", nil
+	}
+	return tailcutv1alpha1.ReasonConflicted, fmt.Sprintf("Service %s port %d is hedged by the older policy %s/%s; one policy per Service port",
+		policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port, winner.Namespace, winner.Name), nil
+}
+
+// older orders policies by creation time, then name.
+func older(a, b *tailcutv1alpha1.HedgePolicy) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
 }
 
 // endpointsFor lists the ready endpoints that serve the Service port.
@@ -415,6 +456,9 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&tailcutv1alpha1.HedgePolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
+		// A policy that appears, changes target or goes can settle a conflict
+		// of the others on its Service.
+		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
 	if r.Notifications != nil {
 		b = b.WatchesRawSource(source.Channel(r.Notifications, &handler.EnqueueRequestForObject{}))
@@ -424,6 +468,10 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.policiesTargeting(ctx, o.GetNamespace(), o.GetName())
+}
+
+func (r *HedgePolicyReconciler) policiesBesidePolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.policiesTargeting(ctx, o.GetNamespace(), o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name)
 }
 
 func (r *HedgePolicyReconciler) policiesForEndpointSlice(ctx context.Context, o client.Object) []reconcile.Request {

@@ -372,3 +372,40 @@ func TestInvalidQueryKeepsTheRouteUnhedged(t *testing.T) {
 		return nil
 	})
 }
+
+// TestConflictingPoliciesOlderWins: two policies on one Service port. Envoy can
+// route the Service to one of them only; the older keeps it on every replica,
+// the newer is not accepted and says which policy holds the port, and takes
+// over when that one goes.
+func TestConflictingPoliciesOlderWins(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	olderKey, newerKey := types.NamespacedName{Namespace: ns, Name: "policy"}, types.NamespacedName{Namespace: ns, Name: "a-newer"}
+	publisher.setStatus(olderKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	publisher.setStatus(newerKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v2"})
+	older := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	waitCondition(t, olderKey, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has whole seconds
+	newer := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a-newer"},
+		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: "checkout", Port: 8080}},
+	}
+	staticDelay(30 * time.Millisecond)(&newer.Spec)
+	if err := k8s.Create(context.Background(), newer); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCondition(t, newerKey, tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonConflicted)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionAccepted); !strings.Contains(c.Message, olderKey.String()) {
+		t.Errorf("Accepted message %q does not name the policy that holds the port", c.Message)
+	}
+	if _, ok := publisher.plan(newerKey); ok {
+		t.Error("the newer policy's plan is published")
+	}
+	if rp, ok := publisher.plan(olderKey); !ok || rp.Hedge == nil || rp.Hedge.Delay != 20*time.Millisecond {
+		t.Errorf("the older policy's plan is %+v (published %v), want its 20ms delay", rp.Hedge, ok)
+	}
+	if err := k8s.Delete(context.Background(), older); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, newerKey, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+}

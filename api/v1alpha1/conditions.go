@@ -39,6 +39,9 @@ const (
 	ReasonPortNotFound      = "PortNotFound"
 	ReasonUnsupportedTarget = "UnsupportedTarget"
 	ReasonInvalidQuery      = "InvalidQuery"
+	// ReasonConflicted: an older policy hedges the same Service port; Envoy can
+	// route a Service port by one policy only. The message names the winner.
+	ReasonConflicted = "Conflicted"
 
 	ReasonStatic          = "Static"
 	ReasonDerived         = "Derived"

@@ -61,8 +61,9 @@ type RoutePlan struct {
 	Service   string `json:"service"`
 	// Port is the Service port that is hedged.
 	Port int32 `json:"port"`
-	// Hosts are the virtual host names the route answers to: the Service's short,
-	// namespaced and cluster-local names, each with and without the port. Sorted.
+	// Hosts are the virtual host names the route answers to: the Service's
+	// namespaced and cluster-local names, each with and without the port, never
+	// the bare Service name (see ServiceHosts). Sorted.
 	Hosts []string `json:"hosts"`
 	// Match selects the requests that are hedged. Requests outside it still reach
 	// the cluster, unhedged.
@@ -150,10 +151,15 @@ func Build(in Input) (RoutePlan, error) {
 	return p, p.Validate()
 }
 
-// ServiceHosts returns the names a client may use for a Service port, sorted.
+// ServiceHosts returns the names a client may use for a Service port, sorted:
+// <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local, each with and
+// without the port. Never the bare <svc>: one proxy serves clients of every
+// namespace and cannot know which namespace a client means, so a bare name
+// would let a policy in one namespace take the traffic meant for a Service of
+// the same name in another.
 func ServiceHosts(svc, ns string, port int32) []string {
 	var hosts []string
-	for _, h := range []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"} {
+	for _, h := range []string{svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"} {
 		hosts = append(hosts, h, fmt.Sprintf("%s:%d", h, port))
 	}
 	slices.Sort(hosts)

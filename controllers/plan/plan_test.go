@@ -19,6 +19,7 @@ package plan
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,14 +91,14 @@ func TestPrepareSetSortsAndSplitsHosts(t *testing.T) {
 		t.Errorf("order = %v, want %v", order, want)
 	}
 	// Portless names go to port 80; port 8080 keeps its own names.
-	if !slices.Contains(out[1].Hosts, "web") || !slices.Contains(out[1].Hosts, "web:80") {
+	if !slices.Contains(out[1].Hosts, "web.shop") || !slices.Contains(out[1].Hosts, "web.shop:80") {
 		t.Errorf("port 80 hosts = %v", out[1].Hosts)
 	}
-	if want := []string{"web.shop.svc.cluster.local:8080", "web.shop.svc:8080", "web.shop:8080", "web:8080"}; !slices.Equal(out[2].Hosts, want) {
+	if want := []string{"web.shop.svc.cluster.local:8080", "web.shop.svc:8080", "web.shop:8080"}; !slices.Equal(out[2].Hosts, want) {
 		t.Errorf("port 8080 hosts = %v, want %v", out[2].Hosts, want)
 	}
-	// cart has no sibling: all of its eight names stay.
-	if len(out[0].Hosts) != 8 {
+	// cart has no sibling: all of its six names stay.
+	if len(out[0].Hosts) != 6 {
 		t.Errorf("cart hosts = %v", out[0].Hosts)
 	}
 	if !slices.Equal(in[0].Hosts, inHosts) {
@@ -112,10 +113,10 @@ func TestPrepareSetLowestPortWithout80(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Port != 8080 || !slices.Contains(out[0].Hosts, "web") {
+	if out[0].Port != 8080 || !slices.Contains(out[0].Hosts, "web.shop") {
 		t.Errorf("the lowest port should keep the portless names: %+v", out[0])
 	}
-	if slices.Contains(out[1].Hosts, "web") {
+	if slices.Contains(out[1].Hosts, "web.shop") {
 		t.Errorf("port 9090 kept a portless name: %v", out[1].Hosts)
 	}
 }
@@ -137,11 +138,32 @@ func TestPrepareSetErrors(t *testing.T) {
 	}
 	// A plan whose only host another plan owns is left without hosts.
 	a, b := testPlan("shop", "web", 80), testPlan("shop", "web", 8080)
-	b.Name, b.Hosts = "shop/b", []string{"web"}
+	b.Name, b.Hosts = "shop/b", []string{"web.shop"}
 	if _, err := PrepareSet([]RoutePlan{a, b}); !errors.Is(err, ErrNoHosts) {
 		t.Errorf("plan without hosts: %v", err)
 	}
 	if out, err := PrepareSet(nil); err != nil || len(out) != 0 {
 		t.Errorf("empty set: %v, %v", out, err)
+	}
+}
+
+// TestHostsNeverCrossNamespaces is issue #12's defect 4: every plan claimed the
+// bare name of its Service, so a policy in one namespace took the traffic
+// that clients of another namespace's Service of the same name sent.
+func TestHostsNeverCrossNamespaces(t *testing.T) {
+	a, b := testPlan("aaa", "checkout", 80), testPlan("shop", "checkout", 80)
+	set, err := PrepareSet([]RoutePlan{b, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range set {
+		for _, h := range p.Hosts {
+			if !strings.Contains(h, "."+p.Namespace) {
+				t.Errorf("plan %s answers to %q, a name without its namespace", p.Name, h)
+			}
+		}
+		if !slices.Contains(p.Hosts, "checkout."+p.Namespace) {
+			t.Errorf("plan %s lost its own name checkout.%s: %v", p.Name, p.Namespace, p.Hosts)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func ComparePlans(a, b RoutePlan) int {
 // to one plan only. The input slice and its plans are not modified.
 //
 // Host names: ServiceHosts lists every name with and without the port, so the
-// portless names ("web", "web.shop", ...) of a Service with two hedged ports
+// portless names ("web.shop", "web.shop.svc", ...) of a Service with two hedged ports
 // appear in both plans. A client that leaves the port out of the Host header
 // means port 80, so the portless name stays with the port-80 plan; when no plan
 // has port 80 it stays with the first plan in order (the lowest port). The other
