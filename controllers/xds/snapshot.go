@@ -1,0 +1,223 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// MarkSynced allows the server to serve snapshots. Until then Publish and Remove
+// only collect plans: a snapshot built before the manager's caches synced and
+// the policies were reconciled would be empty, and serving it would wipe the
+// routes of every proxy that reconnects to a restarted operator.
+//
+// The first snapshot is built once every expected key was published or removed,
+// or after ServerOptions.SyncTimeout, whichever comes first. With no keys it is
+// built at once. Later calls do nothing. InitialSync calls this with the keys of
+// every HedgePolicy that publishes via XDS.
+func (s *Server) MarkSynced(expected ...k8stypes.NamespacedName) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	if s.syncRequested {
+		return
+	}
+	s.syncRequested = true
+	for _, k := range expected {
+		if !s.seen[k] {
+			s.pending[k] = true
+		}
+	}
+	if len(s.pending) == 0 {
+		s.finishSyncLocked()
+		return
+	}
+	s.log.Info("waiting for the first reconcile of policies before serving xDS", "policies", len(s.pending))
+	s.syncTimer = time.AfterFunc(s.opts.SyncTimeout, func() {
+		s.pubMu.Lock()
+		defer s.pubMu.Unlock()
+		s.mu.Lock()
+		synced := s.synced
+		s.mu.Unlock()
+		if synced {
+			return
+		}
+		s.log.Info("sync timeout: serving xDS without the plans of some policies", "missing", slices.Collect(maps.Keys(s.pending)))
+		s.finishSyncLocked()
+	})
+}
+
+// finishSyncLocked publishes the first snapshot. Callers hold pubMu.
+func (s *Server) finishSyncLocked() {
+	if s.syncTimer != nil {
+		s.syncTimer.Stop()
+	}
+	s.mu.Lock()
+	s.synced = true
+	plans := maps.Clone(s.plans)
+	s.mu.Unlock()
+	if err := s.applyLocked(context.Background(), plans); err != nil {
+		s.log.Error(err, "publishing the first snapshot")
+	}
+}
+
+// Synced reports whether the server serves snapshots.
+func (s *Server) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced
+}
+
+// Publish makes p the plan of its policy and publishes the new set. When the
+// set does not translate, nothing changes and the error is returned.
+func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error {
+	key := planKey(owner, p)
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	next := s.planSet()
+	next[key] = p
+	if err := s.applyLocked(ctx, next); err != nil {
+		return fmt.Errorf("xds: publishing %s: %w", key, err)
+	}
+	s.seenLocked(key)
+	return nil
+}
+
+// Remove withdraws the policy's plan.
+func (s *Server) Remove(ctx context.Context, key k8stypes.NamespacedName) error {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	next := s.planSet()
+	if _, ok := next[key]; ok {
+		delete(next, key)
+		if err := s.applyLocked(ctx, next); err != nil {
+			return fmt.Errorf("xds: removing %s: %w", key, err)
+		}
+	}
+	s.seenLocked(key)
+	return nil
+}
+
+func (s *Server) planSet() map[k8stypes.NamespacedName]plan.RoutePlan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.plans)
+}
+
+// seenLocked records the first reconcile of a policy for MarkSynced.
+func (s *Server) seenLocked(key k8stypes.NamespacedName) {
+	s.seen[key] = true
+	if !s.syncRequested || !s.pending[key] {
+		return
+	}
+	delete(s.pending, key)
+	if len(s.pending) == 0 && !s.Synced() {
+		s.finishSyncLocked()
+	}
+}
+
+func planKey(owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) k8stypes.NamespacedName {
+	if owner != nil {
+		return k8stypes.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	}
+	ns, name, _ := strings.Cut(p.Name, "/")
+	return k8stypes.NamespacedName{Namespace: ns, Name: name}
+}
+
+// applyLocked translates the plan set and, once synced, hands a snapshot with
+// a new version to the cache. On error nothing changes. Callers hold pubMu.
+func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedName]plan.RoutePlan) error {
+	res, err := Translate(slices.Collect(maps.Values(next)), s.opts.Translate)
+	if err != nil {
+		return err
+	}
+	if s.mutate != nil {
+		s.mutate(res)
+		if err := res.Validate(); err != nil {
+			return err
+		}
+	}
+	version, err := res.Version()
+	if err != nil {
+		return err
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{
+		resourcev3.ListenerType: toResources(res.Listeners),
+		resourcev3.RouteType:    toResources(res.Routes),
+		resourcev3.ClusterType:  toResources(res.Clusters),
+		resourcev3.EndpointType: toResources(res.Endpoints),
+	})
+	if err != nil {
+		return err
+	}
+	if err := snap.Consistent(); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	s.plans = next
+	push := s.synced && version != s.version
+	if push {
+		s.version = version
+		s.expected = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
+		if len(res.Clusters) > 0 {
+			s.expected = append(s.expected, resourcev3.EndpointType)
+		}
+	}
+	s.mu.Unlock()
+	if !push {
+		return nil
+	}
+	// The cache answers open watches from this call; bound it in case a
+	// stream stops reading.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.cache.SetSnapshot(ctx, nodeGroup, snap); err != nil {
+		return err
+	}
+	pushesTotal.Inc()
+	s.log.Info("published xDS snapshot", "version", version, "policies", len(next))
+	s.notify()
+	return nil
+}
+
+func toResources[M types.Resource](in []M) []types.Resource {
+	out := make([]types.Resource, 0, len(in))
+	for _, m := range in {
+		out = append(out, m)
+	}
+	return out
+}
+
+// Version is the version of the snapshot being served ("" before MarkSynced).
+func (s *Server) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
