@@ -26,6 +26,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -210,5 +211,46 @@ func TestBootstrapCommand(t *testing.T) {
 	}
 	if err := BootstrapCommand([]string{"--xds-address", "nohostport"}, &out); err == nil {
 		t.Error("an address without a port should fail")
+	}
+}
+
+// failingCache fails SetSnapshot a number of times, as a cache does when a
+// stream stops reading and the call times out.
+type failingCache struct {
+	cachev3.SnapshotCache
+	failures int
+}
+
+func (c *failingCache) SetSnapshot(ctx context.Context, node string, snap cachev3.ResourceSnapshot) error {
+	if c.failures > 0 {
+		c.failures--
+		return errors.New("snapshot not set")
+	}
+	return c.SnapshotCache.SetSnapshot(ctx, node, snap)
+}
+
+// TestServerRetriesAFailedPush is issue #12's defect 6: the new version was
+// recorded before SetSnapshot, so after a failed SetSnapshot the same plans
+// looked published already and were never pushed.
+func TestServerRetriesAFailedPush(t *testing.T) {
+	ctx := context.Background()
+	plans := testPlans(t)
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	fc := &failingCache{SnapshotCache: s.cache}
+	s.cache = fc
+	s.MarkSynced()
+	fc.failures = 1
+	if err := s.Publish(ctx, nil, plans[0]); err == nil {
+		t.Fatal("Publish reported success although the snapshot was not set")
+	}
+	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+		t.Fatalf("the retry failed: %v", err)
+	}
+	snap, err := fc.SnapshotCache.GetSnapshot(nodeGroup)
+	if err != nil {
+		t.Fatalf("the retry pushed nothing: %v", err)
+	}
+	if v := snap.GetVersion(resourcev3.RouteType); v != s.Version() || v == "" {
+		t.Errorf("the cache serves version %q, the server reports %q", v, s.Version())
 	}
 }

@@ -181,26 +181,30 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	}
 
 	s.mu.Lock()
-	s.plans = next
 	push := s.synced && version != s.version
-	if push {
-		s.version = version
-		s.expected = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
-		if len(res.Clusters) > 0 {
-			s.expected = append(s.expected, resourcev3.EndpointType)
-		}
+	if !push {
+		s.plans = next
 	}
 	s.mu.Unlock()
 	if !push {
 		return nil
 	}
 	// The cache answers open watches from this call; bound it in case a
-	// stream stops reading.
+	// stream stops reading. Only a snapshot the cache took becomes the
+	// server's version: after a failure, the same plans are pushed again.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := s.cache.SetSnapshot(ctx, nodeGroup, snap); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.plans = next
+	s.version = version
+	s.expected = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
+	if len(res.Clusters) > 0 {
+		s.expected = append(s.expected, resourcev3.EndpointType)
+	}
+	s.mu.Unlock()
 	pushesTotal.Inc()
 	s.log.Info("published xDS snapshot", "version", version, "policies", len(next))
 	s.notify()
