@@ -135,7 +135,12 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		return interval, r.removeEverywhere(ctx, key, "")
 	}
 
-	est, err := r.Estimator.Estimate(ctx, policy, now.Time)
+	var est estimate.Result
+	if policy.Spec.Suspend {
+		est, err = estimate.Suspended(policy), nil
+	} else {
+		est, err = r.Estimator.Estimate(ctx, policy, now.Time)
+	}
 	if err != nil {
 		// A policy that cannot be evaluated must not take the Service's traffic
 		// down with it: the route stays, unhedged (est.Delay is 0).
@@ -364,6 +369,10 @@ func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, st
 			r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, msg)
 			return
 		}
+	}
+	if policy.Spec.Suspend {
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonSuspended, status.DelayReason)
+		return
 	}
 	if status.EffectiveDelay == nil {
 		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, "hedging is off: "+status.DelayReason)

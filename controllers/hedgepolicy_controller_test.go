@@ -409,3 +409,33 @@ func TestConflictingPoliciesOlderWins(t *testing.T) {
 	}
 	waitCondition(t, newerKey, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 }
+
+// TestSuspendKeepsTheRouteUnhedged is issue #12's defect 9: the only way to stop
+// hedging was to delete the policy, which took its route away. spec.suspend
+// keeps the route, unhedged, and says so; clearing it hedges again.
+func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
+		staticDelay(20 * time.Millisecond)(s)
+		s.Suspend = true
+	})
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionFalse, tailcutv1alpha1.ReasonSuspended)
+	if got.Status.EffectiveDelay != nil || got.Status.DelaySource != tailcutv1alpha1.DelaySourceNone || !strings.Contains(got.Status.DelayReason, "suspend") {
+		t.Errorf("suspended status: delay %v from %s: %q", got.Status.EffectiveDelay, got.Status.DelaySource, got.Status.DelayReason)
+	}
+	if rp, ok := publisher.plan(key); !ok || rp.Hedge != nil {
+		t.Fatalf("suspended: plan %+v (published %v), want the route without hedging", rp.Hedge, ok)
+	}
+	base := p.DeepCopy()
+	p.Spec.Suspend = false
+	if err := k8s.Patch(context.Background(), p, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	if rp, ok := publisher.plan(key); !ok || rp.Hedge == nil || rp.Hedge.Delay != 20*time.Millisecond {
+		t.Errorf("resumed: plan %+v, want 20ms hedging", rp.Hedge)
+	}
+}

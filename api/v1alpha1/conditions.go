@@ -57,6 +57,8 @@ const (
 
 	ReasonReady    = "Ready"
 	ReasonNotReady = "NotReady"
+	// ReasonSuspended: spec.suspend is set; the route stays, unhedged.
+	ReasonSuspended = "Suspended"
 )
 
 // ReasonNotAccepted marks Programmed and DelayDerived while the policy is not

@@ -102,6 +102,12 @@ type HedgePolicySpec struct {
 	// +optional
 	// +kubebuilder:default={target:"XDS"}
 	Publish Publish `json:"publish"`
+
+	// Suspend turns hedging off and keeps the route: requests still reach the
+	// Service through tailcut's proxy, unhedged, and nothing is read from
+	// Prometheus. Deleting the policy instead would take the route away.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // TargetRef names a port of a Service in the policy's namespace.
@@ -537,6 +543,7 @@ type ProxyCounts struct {
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.targetRef.port`,priority=1
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.delay.mode`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Delay",type=string,JSONPath=`.status.effectiveDelay`
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.delaySource`,priority=1
 // +kubebuilder:printcolumn:name="Hedge%",type=number,JSONPath=`.status.hedgeRate.percent`

@@ -114,6 +114,19 @@ func (StaticOnly) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolic
 	return res, nil
 }
 
+// Suspended is the result for a policy with spec.suspend: hedging off, by
+// choice, with nothing to derive and nothing queried.
+func Suspended(policy *tailcutv1alpha1.HedgePolicy) Result {
+	res := Result{
+		Source:        tailcutv1alpha1.DelaySourceNone,
+		Reason:        "hedging suspended (spec.suspend): the route stays, unhedged",
+		Derived:       true,
+		DerivedReason: tailcutv1alpha1.ReasonSuspended,
+	}
+	record(policy, res, "")
+	return res
+}
+
 // Static is the result for a Static policy.
 func Static(spec *tailcutv1alpha1.HedgePolicySpec) Result {
 	d := spec.Delay.Static.Duration
