@@ -141,6 +141,10 @@ func main() {
 		}
 		reconciler.Publishers[tailcutv1alpha1.PublishXDS] = srv
 		reconciler.Notifications = srv.Events()
+		if err := mgr.AddReadyzCheck("xds", srv.ReadyzCheck); err != nil {
+			log.Error(err, "unable to set up the xDS ready check")
+			os.Exit(1)
+		}
 	}
 	if srv, ok := reconciler.Publishers[tailcutv1alpha1.PublishXDS].(*xds.Server); ok {
 		// Replicas that are not the leader serve the leader's decisions too.

@@ -100,6 +100,11 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	status := policy.Status.DeepCopy()
 	status.ObservedGeneration = policy.Generation
 	requeue, evalErr := r.evaluate(ctx, &policy, status, metav1.NewTime(now))
+	for _, pub := range r.Publishers {
+		if w, ok := pub.(publish.SyncWaiter); ok {
+			w.Reconciled(req.NamespacedName)
+		}
+	}
 
 	if err := r.patchStatus(ctx, &policy, status); err != nil {
 		return ctrl.Result{}, errors.Join(evalErr, err)
@@ -131,7 +136,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		// everywhere.
 		r.notAccepted(policy, status, now, reason, msg)
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
-		r.setReady(policy, status, now)
+		r.setReady(policy, status, now, false)
 		return interval, r.removeEverywhere(ctx, key, "")
 	}
 
@@ -160,7 +165,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	p, err := plan.Build(planInput(policy, est.Delay, endpoints))
 	if err != nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, "invalid route plan: "+err.Error())
-		r.setReady(policy, status, now)
+		r.setReady(policy, status, now, false)
 		return interval, nil
 	}
 
@@ -176,7 +181,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 			r.reportProgram(policy, status, now, pub.Status(key))
 		}
 	}
-	r.setReady(policy, status, now)
+	r.setReady(policy, status, now, len(p.Endpoints) == 0)
 	// The policy lives in one publisher at a time: after a switch of
 	// publish.target, the old one withdraws it.
 	return interval, errors.Join(publishErr, r.removeEverywhere(ctx, key, target))
@@ -358,8 +363,9 @@ func (r *HedgePolicyReconciler) setProgrammed(policy *tailcutv1alpha1.HedgePolic
 	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionProgrammed, ok, reason, msg)
 }
 
-// setReady summarizes: Ready when accepted, programmed and hedging runs.
-func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) {
+// setReady summarizes: Ready when accepted, programmed, hedging runs and the
+// Service has somewhere to send requests.
+func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, noEndpoints bool) {
 	for _, t := range []string{tailcutv1alpha1.ConditionAccepted, tailcutv1alpha1.ConditionProgrammed} {
 		if c := meta.FindStatusCondition(status.Conditions, t); c == nil || c.Status != metav1.ConditionTrue {
 			msg := t + " is not True"
@@ -369,6 +375,11 @@ func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, st
 			r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, msg)
 			return
 		}
+	}
+	if noEndpoints {
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNoEndpoints,
+			fmt.Sprintf("Service %s port %d has no ready endpoint: Envoy answers 503 until one is ready", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
+		return
 	}
 	if policy.Spec.Suspend {
 		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonSuspended, status.DelayReason)

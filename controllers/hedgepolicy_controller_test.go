@@ -196,6 +196,7 @@ func TestMissingPort(t *testing.T) {
 func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", nil)
@@ -233,6 +234,7 @@ func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 func TestSpecChangeUpdatesGenerationAndDelay(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
@@ -380,6 +382,7 @@ func TestInvalidQueryKeepsTheRouteUnhedged(t *testing.T) {
 func TestConflictingPoliciesOlderWins(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	olderKey, newerKey := types.NamespacedName{Namespace: ns, Name: "policy"}, types.NamespacedName{Namespace: ns, Name: "a-newer"}
 	publisher.setStatus(olderKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
 	publisher.setStatus(newerKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v2"})
@@ -416,6 +419,7 @@ func TestConflictingPoliciesOlderWins(t *testing.T) {
 func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
 	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
@@ -438,4 +442,20 @@ func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
 	if rp, ok := publisher.plan(key); !ok || rp.Hedge == nil || rp.Hedge.Delay != 20*time.Millisecond {
 		t.Errorf("resumed: plan %+v, want 20ms hedging", rp.Hedge)
 	}
+}
+
+// TestNoEndpointsIsNotReady is issue #12's defect 8: a Service with no ready
+// endpoints showed Ready=True, although Envoy answers every request with 503.
+func TestNoEndpointsIsNotReady(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoEndpoints)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); !strings.Contains(c.Message, "503") {
+		t.Errorf("Ready message %q does not say what clients get", c.Message)
+	}
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
+	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 }

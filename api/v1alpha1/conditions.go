@@ -59,6 +59,8 @@ const (
 	ReasonNotReady = "NotReady"
 	// ReasonSuspended: spec.suspend is set; the route stays, unhedged.
 	ReasonSuspended = "Suspended"
+	// ReasonNoEndpoints: the Service has no ready endpoint; Envoy answers 503.
+	ReasonNoEndpoints = "NoEndpoints"
 )
 
 // ReasonNotAccepted marks Programmed and DelayDerived while the policy is not

@@ -53,3 +53,11 @@ type ProgramStatus struct {
 	// Rejected holds a proxy's error detail when it refused the current version.
 	Rejected string
 }
+
+// SyncWaiter is implemented by publishers that serve nothing after start-up
+// until every policy was reconciled once (the xDS server). The reconciler
+// reports every reconcile, whatever its outcome, so that a policy that cannot
+// be published never holds the others back.
+type SyncWaiter interface {
+	Reconciled(key types.NamespacedName)
+}

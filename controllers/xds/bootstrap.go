@@ -129,8 +129,8 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 				}}},
 				SetNodeOnFirstMessageOnly: true,
 			},
-			LdsConfig: adsSource(),
-			CdsConfig: adsSource(),
+			LdsConfig: waitForever(adsSource()),
+			CdsConfig: waitForever(adsSource()),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port))},
@@ -149,6 +149,15 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte("# Envoy bootstrap rendered by 'tailcut bootstrap'.\n"), out...), nil
+}
+
+// waitForever sets initial_fetch_timeout to 0 on the first listeners and
+// clusters: Envoy otherwise gives up on each after 15s and reports ready with
+// no listener, taking traffic it cannot route while the operator has not
+// synced. Waiting keeps the proxy out of its Service until tailcut serves.
+func waitForever(src *corev3.ConfigSource) *corev3.ConfigSource {
+	src.InitialFetchTimeout = durationpb.New(0)
+	return src
 }
 
 // xdsCluster reaches the xDS server over HTTP/2, resolving a DNS name (the

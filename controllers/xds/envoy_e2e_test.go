@@ -534,3 +534,59 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		return st.Connected == 0, fmt.Sprintf("%+v", st)
 	})
 }
+
+// TestEnvoyWaitsForItsFirstConfig is issue #12's defect 8: Envoy gives up on
+// its first CDS, then LDS, after 15s each (the default initial_fetch_timeout) and
+// reports ready with no listener, so a proxy that starts while the operator
+// has not synced would take traffic it cannot route. tailcut's bootstrap makes
+// it wait: not ready well past 15s, ready once the server serves.
+func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
+	t.Parallel()
+	bin := envoyBin(t)
+	listenPort, adminPort := freePort(t), freePort(t)
+	srv := NewServer(ServerOptions{
+		Address:   "127.0.0.1:0",
+		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
+		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+	})
+	addr, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "waiting-envoy", AdminPort: adminPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootPath := filepath.Join(t.TempDir(), "bootstrap.yaml")
+	if err := os.WriteFile(bootPath, boot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEnvoy(t, bin, bootPath)
+	admin := &http.Client{Timeout: 2 * time.Second}
+	ready := func() (bool, string) {
+		resp, err := admin.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", adminPort))
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, strings.TrimSpace(string(b))
+	}
+	// Wait until the admin interface answers, then past Envoy's defaults: 15s
+	// for the first CDS, then 15s for the first LDS.
+	eventually(t, 30*time.Second, "Envoy's admin interface", func() (bool, string) {
+		_, state := ready()
+		return state != "" && !strings.Contains(state, "connection refused"), state
+	})
+	time.Sleep(35 * time.Second)
+	if ok, state := ready(); ok {
+		t.Fatalf("Envoy reports ready (%s) with no configuration from tailcut", state)
+	}
+	srv.MarkSynced()
+	eventually(t, 30*time.Second, "Envoy ready once tailcut serves", ready)
+}

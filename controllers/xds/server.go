@@ -46,8 +46,7 @@ import (
 
 // Defaults of ServerOptions.
 const (
-	DefaultXDSAddress  = ":18000"
-	DefaultSyncTimeout = 30 * time.Second
+	DefaultXDSAddress = ":18000"
 )
 
 // nodeGroup is the one snapshot-cache key: every proxy gets the same
@@ -65,8 +64,6 @@ type ServerOptions struct {
 	Address string
 	// Translate places the HTTP listener that proxies get.
 	Translate TranslateOptions
-	// SyncTimeout bounds the wait for the policies named in MarkSynced. Default 30s.
-	SyncTimeout time.Duration
 	// Logger defaults to controller-runtime's logger named "xds".
 	Logger logr.Logger
 }
@@ -93,7 +90,6 @@ type Server struct {
 	syncRequested bool
 	pending       map[k8stypes.NamespacedName]bool
 	seen          map[k8stypes.NamespacedName]bool
-	syncTimer     *time.Timer
 
 	// mu guards what the gRPC callbacks and Status read.
 	mu       sync.Mutex
@@ -124,9 +120,6 @@ var (
 func NewServer(opts ServerOptions) *Server {
 	if opts.Address == "" {
 		opts.Address = DefaultXDSAddress
-	}
-	if opts.SyncTimeout <= 0 {
-		opts.SyncTimeout = DefaultSyncTimeout
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = ctrl.Log.WithName("xds")

@@ -75,15 +75,34 @@ func TestServerWaitsForSync(t *testing.T) {
 	}
 }
 
-func TestServerSyncTimeout(t *testing.T) {
-	s := NewServer(ServerOptions{Logger: logr.Discard(), SyncTimeout: 50 * time.Millisecond})
-	s.MarkSynced(k8stypes.NamespacedName{Namespace: "a", Name: "never"})
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Version() == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot after the sync timeout")
-		}
-		time.Sleep(10 * time.Millisecond)
+// TestServerNeverServesAPartialFirstSnapshot is issue #12's defect 8: after a
+// restart the server served whatever it had after 30s, and proxies that
+// reconnected lost the virtual hosts of the policies not yet reconciled. It
+// now waits for every policy, however long that takes, and a policy counts
+// once it was reconciled, whatever the outcome.
+func TestServerNeverServesAPartialFirstSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plans := testPlans(t)
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	slowKey := k8stypes.NamespacedName{Namespace: "shop", Name: "slow-to-reconcile"}
+	s.MarkSynced(keyOf(plans[0]), slowKey)
+	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReadyzCheck(nil); err == nil {
+		t.Error("ready before the first snapshot")
+	}
+	time.Sleep(31 * time.Second) // past the old 30s sync timeout
+	if v := s.Version(); v != "" {
+		t.Fatalf("served version %s without shop/slow-to-reconcile", v)
+	}
+	s.Reconciled(slowKey)
+	if s.Version() == "" || !s.Synced() {
+		t.Fatal("no snapshot after every policy was reconciled")
+	}
+	if err := s.ReadyzCheck(nil); err != nil {
+		t.Errorf("not ready after the first snapshot: %v", err)
 	}
 }
 

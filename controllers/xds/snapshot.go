@@ -18,8 +18,10 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -38,10 +40,11 @@ import (
 // the policies were reconciled would be empty, and serving it would wipe the
 // routes of every proxy that reconnects to a restarted operator.
 //
-// The first snapshot is built once every expected key was published or removed,
-// or after ServerOptions.SyncTimeout, whichever comes first. With no keys it is
-// built at once. Later calls do nothing. InitialSync calls this with the keys of
-// every HedgePolicy that publishes via XDS.
+// The first snapshot is built once every expected key was published, removed
+// or reported Reconciled, however long that takes: a partial first snapshot
+// would drop the routes of the policies still missing. With no keys it is
+// built at once. Later calls do nothing. InitialSync calls this with the keys
+// of every HedgePolicy that publishes via XDS.
 func (s *Server) MarkSynced(expected ...k8stypes.NamespacedName) {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
@@ -58,26 +61,20 @@ func (s *Server) MarkSynced(expected ...k8stypes.NamespacedName) {
 		s.finishSyncLocked()
 		return
 	}
-	s.log.Info("waiting for the first reconcile of policies before serving xDS", "policies", len(s.pending))
-	s.syncTimer = time.AfterFunc(s.opts.SyncTimeout, func() {
-		s.pubMu.Lock()
-		defer s.pubMu.Unlock()
-		s.mu.Lock()
-		synced := s.synced
-		s.mu.Unlock()
-		if synced {
-			return
-		}
-		s.log.Info("sync timeout: serving xDS without the plans of some policies", "missing", slices.Collect(maps.Keys(s.pending)))
-		s.finishSyncLocked()
-	})
+	s.log.Info("waiting for the first reconcile of every policy before serving xDS", "policies", len(s.pending))
+}
+
+// Reconciled records that the policy was reconciled, whatever the outcome
+// (publish.SyncWaiter): a policy that cannot be published must not keep the
+// others from being served.
+func (s *Server) Reconciled(key k8stypes.NamespacedName) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.seenLocked(key)
 }
 
 // finishSyncLocked publishes the first snapshot. Callers hold pubMu.
 func (s *Server) finishSyncLocked() {
-	if s.syncTimer != nil {
-		s.syncTimer.Stop()
-	}
 	s.mu.Lock()
 	s.synced = true
 	plans := maps.Clone(s.plans)
@@ -85,6 +82,16 @@ func (s *Server) finishSyncLocked() {
 	if err := s.applyLocked(context.Background(), plans); err != nil {
 		s.log.Error(err, "publishing the first snapshot")
 	}
+}
+
+// ReadyzCheck is a healthz.Checker for the manager's readyz: a replica is not
+// ready until it serves a complete first snapshot, so no proxy is pointed at a
+// replica that would give it an empty one.
+func (s *Server) ReadyzCheck(_ *http.Request) error {
+	if s.Version() == "" {
+		return errors.New("the xDS server has not served its first complete snapshot yet")
+	}
+	return nil
 }
 
 // Synced reports whether the server serves snapshots.
