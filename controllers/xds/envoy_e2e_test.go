@@ -451,7 +451,17 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		t.Errorf("/stats/prometheus lacks %s", want)
 	}
 
-	// (g) A new delay is a new version, ACKed without restarting Envoy.
+	// (g) A new delay is a new version, ACKed without restarting Envoy, and
+	// only the routes travel: listeners, clusters and endpoints keep their
+	// versions, so Envoy receives no LDS, CDS or EDS update (issue #12).
+	updates := func() map[string]int {
+		return map[string]int{
+			"LDS": c.counter("listener_manager.lds.update_success"), "CDS": c.counter("cluster_manager.cds.update_success"),
+			"RDS": c.counter("http." + StatPrefix + ".rds." + RouteConfigName + ".update_success"),
+			"EDS": c.counter("cluster." + cluster + ".update_success"),
+		}
+	}
+	before := updates()
 	web.Hedge = &plan.Hedge{Delay: 30 * time.Millisecond, MaxHedges: 1, RetryOn: web.Hedge.RetryOn}
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
@@ -465,9 +475,34 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		t.Error("config_dump does not show the 30ms delay after the ACK")
 	}
 	t.Logf("delay 20ms -> 30ms: version %s -> %s, programmed %+v", v1, v2, srv.Status(webKey))
+	after := updates()
+	t.Logf("Envoy's update_success counters before %v, after %v", before, after)
+	for typ, n := range after {
+		if want := before[typ] + map[bool]int{true: 1}[typ == "RDS"]; n != want {
+			t.Errorf("%s updates went from %d to %d on a delay change, want %d: only the routes should travel", typ, before[typ], n, want)
+		}
+	}
 	pushes := testutil.ToFloat64(pushesTotal)
 	if err := srv.Publish(ctx, nil, web); err != nil || srv.Version() != v2 || testutil.ToFloat64(pushesTotal) != pushes {
 		t.Errorf("publishing the same plan again pushed a new version (err %v)", err)
+	}
+	// An endpoint leaving is an EDS push only, and coming back another one.
+	for i, eps := range [][]plan.Endpoint{web.Endpoints[1:], web.Endpoints} {
+		before := updates()
+		web.Endpoints = eps
+		if err := srv.Publish(ctx, nil, web); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Version()))
+		eventually(t, 10*time.Second, "the EDS update to count", func() (bool, string) {
+			return updates()["EDS"] == before["EDS"]+1, fmt.Sprint(updates())
+		})
+		after := updates()
+		for typ, n := range after {
+			if want := before[typ] + map[bool]int{true: 1}[typ == "EDS"]; n != want {
+				t.Errorf("endpoint change %d: %s updates went from %d to %d, want %d", i, typ, before[typ], n, want)
+			}
+		}
 	}
 
 	// (h) A route Envoy rejects (bad RE2) is NACKed; the last good config keeps serving.

@@ -95,8 +95,9 @@ type Server struct {
 	mu       sync.Mutex
 	plans    map[k8stypes.NamespacedName]plan.RoutePlan
 	synced   bool
-	version  string   // version in the cache; "" before the first snapshot
-	expected []string // type URLs a proxy must ACK to run version
+	version  string            // version of the whole snapshot in the cache; "" before the first
+	versions map[string]string // by type URL: the version of each type in the cache
+	expected []string          // type URLs a proxy must ACK to run version
 	streams  map[int64]*streamState
 
 	lisMu sync.Mutex

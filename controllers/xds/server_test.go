@@ -155,6 +155,8 @@ func TestServerAckNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := s.Version()
+	// Envoy answers each type with that type's version.
+	tv := s.versions
 	cb := callbacks{s}
 	node := &corev3.Node{Id: "envoy-a"}
 	if err := cb.OnStreamOpen(ctx, 1, ""); err != nil {
@@ -163,23 +165,23 @@ func TestServerAckNack(t *testing.T) {
 	types := []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
 	for i, typ := range types {
 		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ})
-		cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, VersionInfo: v, Nonce: string(rune('1' + i))})
+		cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, VersionInfo: tv[typ], Nonce: string(rune('1' + i))})
 	}
 	if st := s.Status(keyOf(p)); st.Connected != 1 || st.Programmed != 0 {
 		t.Fatalf("before ACKs: %+v", st)
 	}
 	for i, typ := range types[:3] {
-		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: typ, VersionInfo: v, ResponseNonce: string(rune('1' + i))})
+		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: typ, VersionInfo: tv[typ], ResponseNonce: string(rune('1' + i))})
 	}
 	if st := s.Status(keyOf(p)); st.Programmed != 0 {
 		t.Fatalf("programmed without the EDS ACK: %+v", st)
 	}
 	// A request answering an older nonce is neither ACK nor NACK.
-	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: v, ResponseNonce: "0"})
+	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: tv[types[3]], ResponseNonce: "0"})
 	if st := s.Status(keyOf(p)); st.Programmed != 0 {
 		t.Fatalf("a stale nonce counted as ACK: %+v", st)
 	}
-	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: v, ResponseNonce: "4"})
+	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: types[3], VersionInfo: tv[types[3]], ResponseNonce: "4"})
 	if st := s.Status(keyOf(p)); st.Programmed != 1 || st.Rejected != "" || st.Version != v {
 		t.Fatalf("after all ACKs: %+v", st)
 	}
@@ -189,10 +191,13 @@ func TestServerAckNack(t *testing.T) {
 	if err := s.Publish(ctx, nil, p); err != nil {
 		t.Fatal(err)
 	}
-	v2 := s.Version()
-	cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.RouteType, VersionInfo: v2, Nonce: "5"})
+	v2, rv2 := s.Version(), s.versions[resourcev3.RouteType]
+	if s.versions[resourcev3.ClusterType] != tv[resourcev3.ClusterType] || rv2 == tv[resourcev3.RouteType] {
+		t.Fatalf("a delay change moved the versions %v -> %v, want the routes' only", tv, s.versions)
+	}
+	cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.RouteType, VersionInfo: rv2, Nonce: "5"})
 	nacks := testutil.ToFloat64(nacksTotal.WithLabelValues("RDS"))
-	nack := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, VersionInfo: v, ResponseNonce: "5",
+	nack := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, VersionInfo: tv[resourcev3.RouteType], ResponseNonce: "5",
 		ErrorDetail: &status.Status{Message: "bad regex"}}
 	_ = cb.OnStreamRequest(1, nack)
 	st := s.Status(keyOf(p))
@@ -202,8 +207,8 @@ func TestServerAckNack(t *testing.T) {
 	if testutil.ToFloat64(nacksTotal.WithLabelValues("RDS")) != nacks+1 {
 		t.Error("NACK not counted")
 	}
-	if nack.VersionInfo != v2 {
-		t.Errorf("the NACK should be marked as having seen %s so the cache waits for a new snapshot; has %q", v2, nack.VersionInfo)
+	if nack.VersionInfo != rv2 {
+		t.Errorf("the NACK should be marked as having seen %s so the cache waits for a new snapshot; has %q", rv2, nack.VersionInfo)
 	}
 
 	cb.OnStreamClosed(1, node)
@@ -269,7 +274,7 @@ func TestServerRetriesAFailedPush(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the retry pushed nothing: %v", err)
 	}
-	if v := snap.GetVersion(resourcev3.RouteType); v != s.Version() || v == "" {
-		t.Errorf("the cache serves version %q, the server reports %q", v, s.Version())
+	if v := snap.GetVersion(resourcev3.RouteType); v != s.versions[resourcev3.RouteType] || v == "" || s.Version() == "" {
+		t.Errorf("the cache serves routes version %q, the server reports %q", v, s.versions[resourcev3.RouteType])
 	}
 }

@@ -174,15 +174,15 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	if err != nil {
 		return err
 	}
-	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{
-		resourcev3.ListenerType: toResources(res.Listeners),
-		resourcev3.RouteType:    toResources(res.Routes),
-		resourcev3.ClusterType:  toResources(res.Clusters),
-		resourcev3.EndpointType: toResources(res.Endpoints),
-	})
+	versions, err := res.TypeVersions()
 	if err != nil {
 		return err
 	}
+	snap := &cachev3.Snapshot{}
+	snap.Resources[types.Listener] = cachev3.NewResources(versions[resourcev3.ListenerType], toResources(res.Listeners))
+	snap.Resources[types.Route] = cachev3.NewResources(versions[resourcev3.RouteType], toResources(res.Routes))
+	snap.Resources[types.Cluster] = cachev3.NewResources(versions[resourcev3.ClusterType], toResources(res.Clusters))
+	snap.Resources[types.Endpoint] = cachev3.NewResources(versions[resourcev3.EndpointType], toResources(res.Endpoints))
 	if err := snap.Consistent(); err != nil {
 		return err
 	}
@@ -207,6 +207,7 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	s.mu.Lock()
 	s.plans = next
 	s.version = version
+	s.versions = versions
 	s.expected = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
 	if len(res.Clusters) > 0 {
 		s.expected = append(s.expected, resourcev3.EndpointType)

@@ -30,7 +30,7 @@ import (
 // policies share one snapshot, so the version and counts are the same for every
 // policy the server holds; a policy it does not hold gets Connected only.
 //
-// A proxy is Programmed when it ACKed the current version for every resource
+// A proxy is Programmed when it ACKed the current version of every resource
 // type of the snapshot. Rejected holds the first (by node id) NACK of the
 // current version, as "<node> rejected <type>: <Envoy's error detail>".
 func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
@@ -45,7 +45,7 @@ func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
 	for _, st := range s.streams {
 		programmed := true
 		for _, typ := range s.expected {
-			if st.acked[typ] != s.version {
+			if st.acked[typ] != s.versions[typ] {
 				programmed = false
 			}
 		}
@@ -53,7 +53,7 @@ func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
 			ps.Programmed++
 		}
 		for _, typ := range slices.Sorted(maps.Keys(st.nacked)) {
-			if n := st.nacked[typ]; n.version == s.version {
+			if n := st.nacked[typ]; n.version == s.versions[typ] {
 				rejected = append(rejected, fmt.Sprintf("%s rejected %s: %s", st.node, shortType(typ), n.detail))
 			}
 		}

@@ -37,6 +37,7 @@ import (
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -332,21 +333,53 @@ func (r *Resources) Validate() error {
 
 // Version is a content hash of the resources: the first 16 hex digits of the
 // SHA-256 of their deterministic wire encoding, in order. Equal resources give
-// equal versions across processes and restarts.
+// equal versions across processes and restarts. Status shows it as the one
+// version of a whole configuration.
 func (r *Resources) Version() (string, error) {
+	var all []validator
+	_ = r.each(func(m validator) error { all = append(all, m); return nil })
+	return hashOf(all)
+}
+
+// TypeVersions is the content hash of each resource type's resources, by type
+// URL. The snapshot carries them, so that a proxy receives a type only when
+// its own resources changed: a new delay is an RDS push, a new endpoint an EDS
+// push.
+func (r *Resources) TypeVersions() (map[string]string, error) {
+	byType := map[string][]validator{}
+	for _, l := range r.Listeners {
+		byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], l)
+	}
+	for _, rc := range r.Routes {
+		byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], rc)
+	}
+	for _, c := range r.Clusters {
+		byType[resourcev3.ClusterType] = append(byType[resourcev3.ClusterType], c)
+	}
+	for _, e := range r.Endpoints {
+		byType[resourcev3.EndpointType] = append(byType[resourcev3.EndpointType], e)
+	}
+	versions := map[string]string{}
+	for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
+		v, err := hashOf(byType[typ])
+		if err != nil {
+			return nil, err
+		}
+		versions[typ] = v
+	}
+	return versions, nil
+}
+
+func hashOf(msgs []validator) (string, error) {
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
-	err := r.each(func(m validator) error {
+	for _, m := range msgs {
 		b, err := opts.Marshal(m)
 		if err != nil {
-			return err
+			return "", err
 		}
 		fmt.Fprintf(h, "%s %d\n", m.ProtoReflect().Descriptor().FullName(), len(b))
 		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
