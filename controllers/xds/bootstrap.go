@@ -136,10 +136,15 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port))},
 		},
 		Admin: &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
-		StatsConfig: &metricsv3.StatsConfig{HistogramBucketSettings: []*metricsv3.HistogramBucketSettings{
-			{Match: regexMatcher(`^cluster\..+\.upstream_rq_time$`), Buckets: LatencyBucketsMs},
-			{Match: regexMatcher(`^http\..+\.downstream_rq_time$`), Buckets: LatencyBucketsMs},
-		}},
+		StatsConfig: &metricsv3.StatsConfig{
+			HistogramBucketSettings: []*metricsv3.HistogramBucketSettings{
+				{Match: regexMatcher(`^cluster\..+\.upstream_rq_time$`), Buckets: LatencyBucketsMs},
+				{Match: regexMatcher(`^http\..+\.downstream_rq_time$`), Buckets: LatencyBucketsMs},
+			},
+			StatsMatcher: &metricsv3.StatsMatcher{StatsMatcher: &metricsv3.StatsMatcher_InclusionList{
+				InclusionList: &matcherv3.ListStringMatcher{Patterns: keptStats()},
+			}},
+		},
 	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
@@ -149,6 +154,32 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte("# Envoy bootstrap rendered by 'tailcut bootstrap'.\n"), out...), nil
+}
+
+// KeptStats are the stats Envoy keeps, as regular expressions over their
+// names: what the estimator, the chart's dashboards and alerts read, and the
+// few that explain a proxy's state. Envoy's full set is about 300 series per
+// cluster, two clusters per policy; with this list a cluster exports its
+// latency histogram and a handful of counters.
+var KeptStats = []string{
+	// Per tailcut cluster: the estimator's inputs, hedges dropped by the retry
+	// circuit breaker, timeouts, healthy endpoints, EDS updates.
+	`^cluster\.tailcut_[^.]+\.(upstream_rq_(total|retry|retry_overflow|timeout|time)|membership_healthy|update_(success|rejected))$`,
+	// The listener's traffic and its routes' updates.
+	`^http\.` + StatPrefix + `\.(downstream_rq_(total|time|[1-5]xx)|rds\..+)$`,
+	// xDS health: listener and cluster updates, the ADS connection.
+	`^listener_manager\.(lds\..+|total_listeners_active)$`,
+	`^cluster_manager\.(cds\..+|active_clusters)$`,
+	`^control_plane\..+$`,
+	`^server\.(live|state|uptime|memory_allocated|memory_heap_size|total_connections|concurrency|version)$`,
+}
+
+func keptStats() []*matcherv3.StringMatcher {
+	out := make([]*matcherv3.StringMatcher, 0, len(KeptStats))
+	for _, re := range KeptStats {
+		out = append(out, regexMatcher(re))
+	}
+	return out
 }
 
 // waitForever sets initial_fetch_timeout to 0 on the first listeners and

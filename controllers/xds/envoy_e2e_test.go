@@ -450,6 +450,19 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if want := `envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="` + cluster + `",le="22"}`; !strings.Contains(prom, want) {
 		t.Errorf("/stats/prometheus lacks %s", want)
 	}
+	// Bounded stats (#12): a cluster exports what tailcut, its dashboards and
+	// alerts read, not Envoy's whole set: 1,000 policies must not mean
+	// hundreds of thousands of series.
+	series := 0
+	for _, l := range strings.Split(prom, "\n") {
+		if !strings.HasPrefix(l, "#") && strings.Contains(l, `envoy_cluster_name="`+cluster+`"`) {
+			series++
+		}
+	}
+	t.Logf("the hedged cluster exports %d Prometheus series", series)
+	if series > 70 {
+		t.Errorf("the hedged cluster exports %d Prometheus series, want at most 70 (the latency histogram and a few counters)", series)
+	}
 
 	// (g) A new delay is a new version, ACKed without restarting Envoy, and
 	// only the routes travel: listeners, clusters and endpoints keep their
