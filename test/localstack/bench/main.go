@@ -258,7 +258,8 @@ func version(bin string, args ...string) string {
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			return line
+			// Envoy prints its own path first.
+			return strings.TrimPrefix(line, path+" ")
 		}
 	}
 	return bin + " version unknown"
