@@ -114,7 +114,7 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 	}
 	var r readings
 	if sp.hold == "" {
-		r = p.read(ctx, policy, &auto, qs, sp, now)
+		r = p.interpret(policy, &auto, qs, sp, p.fetch(ctx, policy, qs, sp, now))
 	}
 	res := decide(policy, &auto, sp, r, now)
 	failed := ""
@@ -172,43 +172,72 @@ func readSpan(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDel
 	return sp
 }
 
-// read sends the policy's queries at time now and checks what came back.
-func (p *Prometheus) read(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, qs querySet, sp span, now time.Time) readings {
-	type answer struct {
-		v   model.Value
-		err error
-	}
-	queries := []string{qs.quantile, qs.buckets, qs.retries, qs.attempts}
-	answers := make([]answer, len(queries))
+// answer is one query's result.
+type answer struct {
+	v   model.Value
+	err error
+}
+
+// answers is what Prometheus said to one evaluation of a policy: sent as the
+// policy's own queries (fetch), or taken from the sampler's memory of every
+// hedged cluster. interpret reads both the same way.
+type answers struct {
+	quantile, buckets, retries, attempts answer
+	// prev and last are the histograms of the window that ended one window
+	// ago and of the last evaluation interval, for the "hedging hurts"
+	// guard; empty when not needed.
+	prev, last answer
+}
+
+// needsHistory says whether the "hedging hurts" guard needs the previous
+// window and the last interval: only while hedging runs and sends a real share
+// of extra requests.
+func needsHistory(policy *tailcutv1alpha1.HedgePolicy, sp span, h *hedgeReading) bool {
+	budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent)
+	return h != nil && sp.delay > 0 && h.percent() >= hurtsMinShare*budget
+}
+
+// fetch sends the policy's queries at time now.
+func (p *Prometheus) fetch(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, qs querySet, sp span, now time.Time) answers {
+	var a answers
+	dst := []*answer{&a.quantile, &a.buckets, &a.retries, &a.attempts}
 	var wg sync.WaitGroup
-	for i, q := range queries {
+	for i, q := range []string{qs.quantile, qs.buckets, qs.retries, qs.attempts} {
 		if q == "" {
 			continue
 		}
 		wg.Go(func() {
 			v, err := p.query(ctx, q, now)
-			answers[i] = answer{v, err}
+			*dst[i] = answer{v, err}
 		})
 	}
 	wg.Wait()
-	quantileA, bucketsA, retriesA, attemptsA := answers[0], answers[1], answers[2], answers[3]
+	if h, _ := p.hedge(qs, a.retries, a.attempts); qs.prevBuckets != "" && needsHistory(policy, sp, h) {
+		a.prev.v, a.prev.err = p.query(ctx, qs.prevBuckets, now)
+		a.last.v, a.last.err = p.query(ctx, qs.lastBuckets, now)
+	}
+	return a
+}
 
+// interpret checks what came back for one evaluation and turns it into
+// readings.
+func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, qs querySet, sp span, a answers) readings {
 	var r readings
-	r.hedge, r.hedgeNote = p.hedge(qs, retriesA.v, retriesA.err, attemptsA.v, attemptsA.err)
+	r.hedge, r.hedgeNote = p.hedge(qs, a.retries, a.attempts)
 
 	if qs.quantile != "" {
-		if quantileA.err != nil {
-			r.fail = classify(quantileA.err, "quantile", p.timeout)
+		if a.quantile.err != nil {
+			r.fail = classify(a.quantile.err, "quantile", p.timeout)
 			return r
 		}
-		r.quantile, r.fail = single(quantileA.v, "quantile")
+		r.quantile, r.fail = single(a.quantile.v, "quantile")
 		return r
 	}
-	if bucketsA.err != nil {
-		r.fail = classify(bucketsA.err, "bucket", p.timeout)
+	if a.buckets.err != nil {
+		r.fail = classify(a.buckets.err, "bucket", p.timeout)
 		return r
 	}
-	c, nd := bucketCDF(bucketsA.v, qs.boundScale, "bucket")
+	c, nd := bucketCDF(a.buckets.v, qs.boundScale, "bucket")
 	switch {
 	case nd == nil:
 	case nd.reason == tailcutv1alpha1.ReasonNoTraffic && sp.delay > 0 && r.hedge != nil:
@@ -238,25 +267,18 @@ func (p *Prometheus) read(ctx context.Context, policy *tailcutv1alpha1.HedgePoli
 		r.thin = fmt.Sprintf("only %.0f requests since the delay changed %s ago, fewer than minSamples %d",
 			r.samples, promDuration(sp.rng), auto.MinSamples)
 	}
-
-	// The previous window and the last interval are needed only by the
-	// "hedging hurts" guard, which looks only while hedging runs and sends a
-	// real share of extra requests.
-	budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent)
-	if qs.prevBuckets != "" && r.hedge != nil && r.hedge.percent() >= hurtsMinShare*budget && sp.delay > 0 {
-		r.prev = p.histogram(ctx, qs.prevBuckets, qs.boundScale, now)
-		r.last = p.histogram(ctx, qs.lastBuckets, qs.boundScale, now)
+	if needsHistory(policy, sp, r.hedge) {
+		r.prev, r.last = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale)
 	}
 	return r
 }
 
-// histogram reads one more latency histogram, nil when it cannot.
-func (p *Prometheus) histogram(ctx context.Context, q string, scale float64, now time.Time) *cdf {
-	v, err := p.query(ctx, q, now)
-	if err != nil {
+// histogramOf reads one more latency histogram, nil when it cannot.
+func histogramOf(a answer, scale float64) *cdf {
+	if a.err != nil || a.v == nil {
 		return nil
 	}
-	c, nd := bucketCDF(v, scale, "bucket")
+	c, nd := bucketCDF(a.v, scale, "bucket")
 	if nd != nil {
 		return nil
 	}
@@ -266,21 +288,21 @@ func (p *Prometheus) histogram(ctx context.Context, q string, scale float64, now
 // hedge reads the hedge counters. Their absence is normal (nothing hedged yet,
 // or not published through tailcut's xDS), so it only disables the budget and
 // "hedging hurts" guards.
-func (p *Prometheus) hedge(qs querySet, rv model.Value, rerr error, av model.Value, aerr error) (*hedgeReading, string) {
+func (p *Prometheus) hedge(qs querySet, ra, aa answer) (*hedgeReading, string) {
 	if qs.retries == "" {
 		return nil, "no hedge counters for this publish target"
 	}
-	if rerr != nil {
-		return nil, classify(rerr, "retry", p.timeout).msg
+	if ra.err != nil {
+		return nil, classify(ra.err, "retry", p.timeout).msg
 	}
-	if aerr != nil {
-		return nil, classify(aerr, "request", p.timeout).msg
+	if aa.err != nil {
+		return nil, classify(aa.err, "request", p.timeout).msg
 	}
-	retries, nd := single(rv, "retry")
+	retries, nd := single(ra.v, "retry")
 	if nd != nil {
 		return nil, nd.msg
 	}
-	attempts, nd := single(av, "request")
+	attempts, nd := single(aa.v, "request")
 	if nd != nil {
 		return nil, nd.msg
 	}
