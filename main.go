@@ -20,6 +20,7 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -101,13 +103,27 @@ func main() {
 	}
 
 	var estimator estimate.Estimator = estimate.StaticOnly{}
+	var notifications []<-chan event.GenericEvent
 	if promURL != "" {
 		p, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: promURL, Timeout: promTimeout})
 		if err != nil {
 			log.Error(err, "invalid --prometheus-url")
 			os.Exit(1)
 		}
+		// The sampler reads Prometheus on its own schedule; reconciles read
+		// only what it read, and never wait for Prometheus.
+		sampled := make(chan event.GenericEvent, 1024)
+		list := func(ctx context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
+			var l tailcutv1alpha1.HedgePolicyList
+			err := mgr.GetClient().List(ctx, &l)
+			return l.Items, err
+		}
+		if err := mgr.Add(p.Sampler(list, sampled, ctrl.Log.WithName("sampler"))); err != nil {
+			log.Error(err, "unable to add the Prometheus sampler")
+			os.Exit(1)
+		}
 		estimator = p
+		notifications = append(notifications, sampled)
 	}
 	aliases, err := controllers.ReadHostsFile(hostsFile)
 	if err != nil {
@@ -115,11 +131,12 @@ func main() {
 		os.Exit(1)
 	}
 	reconciler := &controllers.HedgePolicyReconciler{
-		HostAliases: aliases,
-		Client:      mgr.GetClient(),
-		Recorder:    mgr.GetEventRecorder("tailcut"),
-		Estimator:   estimator,
-		Publishers:  map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
+		HostAliases:   aliases,
+		Notifications: notifications,
+		Client:        mgr.GetClient(),
+		Recorder:      mgr.GetEventRecorder("tailcut"),
+		Estimator:     estimator,
+		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
 	}
 	if xdsAddr != "" {
 		srv := xds.NewServer(xds.ServerOptions{
@@ -140,7 +157,7 @@ func main() {
 			os.Exit(1)
 		}
 		reconciler.Publishers[tailcutv1alpha1.PublishXDS] = srv
-		reconciler.Notifications = srv.Events()
+		reconciler.Notifications = append(reconciler.Notifications, srv.Events())
 		if err := mgr.AddReadyzCheck("xds", srv.ReadyzCheck); err != nil {
 			log.Error(err, "unable to set up the xDS ready check")
 			os.Exit(1)

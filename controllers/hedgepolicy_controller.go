@@ -38,6 +38,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -63,9 +64,14 @@ type HedgePolicyReconciler struct {
 	// Publishers holds one publisher per spec.publish.target. A target with no
 	// publisher is reported as Programmed=False, never silently ignored.
 	Publishers map[tailcutv1alpha1.PublishTarget]publish.Publisher
-	// Notifications, when set, names policies to re-evaluate because a proxy
-	// connected, acknowledged or rejected their configuration.
-	Notifications <-chan event.GenericEvent
+	// Notifications name policies to re-evaluate: because a proxy connected,
+	// acknowledged or rejected their configuration (the xDS server), or
+	// because the sampler read new metrics for them.
+	Notifications []<-chan event.GenericEvent
+	// MaxConcurrentReconciles is the number of workers; default 8. A
+	// reconcile never waits for Prometheus (the sampler reads it), so a few
+	// workers carry a thousand policies.
+	MaxConcurrentReconciles int
 	// HostAliases resolves FQDN EndpointSlice addresses before DNS, like a hosts
 	// file. Local stacks need it: the API server refuses loopback IPs in
 	// EndpointSlices, so their slices name hosts that map to 127.0.0.1 here.
@@ -480,10 +486,14 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// of the others on its Service.
 		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
-	if r.Notifications != nil {
-		b = b.WatchesRawSource(source.Channel(r.Notifications, &handler.EnqueueRequestForObject{}))
+	for _, ch := range r.Notifications {
+		b = b.WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Named("hedgepolicy").Complete(r)
+	workers := r.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = 8
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).Named("hedgepolicy").Complete(r)
 }
 
 func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {

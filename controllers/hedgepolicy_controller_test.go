@@ -459,3 +459,55 @@ func TestNoEndpointsIsNotReady(t *testing.T) {
 	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 }
+
+// TestSlowPrometheusNeverDelaysEndpoints is issue #12's defect 1: estimation ran
+// inside the reconcile, before endpoints were published, so with Prometheus
+// hanging every reconcile waited for its queries to time out and EndpointSlice
+// changes queued behind them; Envoy kept sending to terminated pods. Here
+// twelve Auto policies read a Prometheus that never answers (1s timeout), and
+// an endpoint change still reaches the publisher at once.
+func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
+	ns := newNamespace(t)
+	var keys []types.NamespacedName
+	for i := range 12 {
+		svc := fmt.Sprintf("svc%d", i)
+		newService(t, ns, svc, 8080)
+		p := &tailcutv1alpha1.HedgePolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc},
+			Spec: tailcutv1alpha1.HedgePolicySpec{
+				TargetRef:          tailcutv1alpha1.TargetRef{Name: svc, Port: 8080},
+				EvaluationInterval: &metav1.Duration{Duration: 5 * time.Second},
+				Delay: tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
+					Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket[{{.Window}}])))`,
+				}},
+			},
+		}
+		if err := k8s.Create(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, client.ObjectKeyFromObject(p))
+	}
+	eventually(t, "every policy published", func() error {
+		for _, k := range keys {
+			if _, ok := publisher.plan(k); !ok {
+				return fmt.Errorf("%s not published", k)
+			}
+		}
+		return nil
+	})
+	time.Sleep(6 * time.Second) // the policies' evaluations are under way
+	start := time.Now()
+	newEndpointSlice(t, ns, "svc0", 8080, map[string]bool{"10.0.0.9": true})
+	eventually(t, "the new endpoint published", func() error {
+		rp, _ := publisher.plan(keys[0])
+		if len(rp.Endpoints) != 1 || rp.Endpoints[0].Address != "10.0.0.9" {
+			return fmt.Errorf("endpoints %v", rp.Endpoints)
+		}
+		return nil
+	})
+	if took := time.Since(start); took > 800*time.Millisecond {
+		t.Errorf("the endpoint took %s to reach the publisher: it waited for Prometheus", took)
+	} else {
+		t.Logf("the endpoint reached the publisher %s after the EndpointSlice was created", took.Round(time.Millisecond))
+	}
+}

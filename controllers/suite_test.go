@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -72,18 +74,37 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// Custom queries go to the real Prometheus estimator, pointed at an address
-	// where nothing listens: an invalid template is refused before any query.
-	prom, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: "http://127.0.0.1:1", Timeout: time.Second})
+	// Custom queries go to the real Prometheus estimator, wired as main.go
+	// wires it (with its sampler), and pointed at a Prometheus that accepts
+	// connections and never answers: an invalid template is refused before
+	// any query, and nothing may wait for the queries that hang.
+	hung, err := hangingServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer hung.Close()
+	prom, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: "http://" + hung.Addr().String(), Timeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sampled := make(chan event.GenericEvent, 1024)
+	list := func(ctx context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
+		var l tailcutv1alpha1.HedgePolicyList
+		err := mgr.GetClient().List(ctx, &l)
+		return l.Items, err
+	}
+	if err := mgr.Add(prom.Sampler(list, sampled, ctrl.Log.WithName("sampler"))); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	r := &HedgePolicyReconciler{
-		Client:     mgr.GetClient(),
-		Recorder:   mgr.GetEventRecorder("tailcut"),
-		Estimator:  suiteEstimator{prom: prom},
-		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: publisher},
+		Client:        mgr.GetClient(),
+		Recorder:      mgr.GetEventRecorder("tailcut"),
+		Notifications: []<-chan event.GenericEvent{sampled},
+		Estimator:     suiteEstimator{prom: prom},
+		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: publisher},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -104,6 +125,29 @@ func run(m *testing.M) int {
 	}
 	k8s = mgr.GetClient()
 	return m.Run()
+}
+
+// hangingServer accepts connections and never answers, like a Prometheus
+// whose network path swallows packets.
+func hangingServer() (net.Listener, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					_ = c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return l, nil
 }
 
 // suiteEstimator answers like an operator without --prometheus-url, except

@@ -275,6 +275,8 @@ func held(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, 
 	}
 	if c := meta.FindStatusCondition(st.Conditions, tailcutv1alpha1.ConditionDelayDerived); c != nil && c.Reason != "" {
 		res.Derived, res.DerivedReason = c.Status == metav1.ConditionTrue, c.Reason
+	} else {
+		res.Derived, res.DerivedReason = false, tailcutv1alpha1.ReasonNotEvaluated
 	}
 	if res.Reason == "" {
 		res.Reason = "waiting for the first reading"

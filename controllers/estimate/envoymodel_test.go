@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,15 +156,23 @@ type simProm struct {
 	v1.API
 	t     *testing.T
 	model *envoyModel
+	mu    sync.Mutex // the sampler sends its queries at once
 	seen  []string
 }
 
 func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Option) (model.Value, v1.Warnings, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.seen = append(s.seen, q)
 	s.model.scrapeUntil(ts)
 	expr, err := parser.NewParser(parser.Options{}).ParseExpr(q)
 	if err != nil {
 		s.t.Fatalf("simProm: %q: %v", q, err)
+	}
+	if agg, ok := expr.(*parser.AggregateExpr); ok {
+		if vs, ok := agg.Expr.(*parser.VectorSelector); ok {
+			return s.totals(agg, vs, ts), nil, nil
+		}
 	}
 	agg, ok := expr.(*parser.AggregateExpr)
 	call, ok2 := func() (*parser.Call, bool) {
@@ -231,6 +240,46 @@ func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Optio
 	return nil, nil, nil
 }
 
+// totals answers the sampler's queries: the cumulative values of the last
+// scrape at or before ts, by envoy_cluster_name (and le).
+func (s *simProm) totals(agg *parser.AggregateExpr, vs *parser.VectorSelector, ts time.Time) model.Vector {
+	for _, lm := range vs.LabelMatchers {
+		if lm.Name == envoyClusterLabel && !lm.Matches(s.model.cluster) {
+			return model.Vector{}
+		}
+	}
+	var last *scrape
+	for i := range s.model.scrapes {
+		if !s.model.scrapes[i].at.After(ts) {
+			last = &s.model.scrapes[i]
+		}
+	}
+	if last == nil {
+		return model.Vector{}
+	}
+	at := model.TimeFromUnixNano(ts.UnixNano())
+	name := model.Metric{envoyClusterLabel: model.LabelValue(s.model.cluster)}
+	switch vs.Name {
+	case "envoy_cluster_upstream_rq_retry":
+		return model.Vector{{Metric: name, Value: model.SampleValue(last.retries), Timestamp: at}}
+	case "envoy_cluster_upstream_rq_total":
+		return model.Vector{{Metric: name, Value: model.SampleValue(last.attempts), Timestamp: at}}
+	case "envoy_cluster_upstream_rq_time_bucket":
+		var vec model.Vector
+		for i := range last.cum {
+			le := "+Inf"
+			if i < len(s.model.bounds) {
+				le = strconv.FormatFloat(s.model.bounds[i], 'f', -1, 64)
+			}
+			vec = append(vec, &model.Sample{Metric: model.Metric{envoyClusterLabel: model.LabelValue(s.model.cluster), model.BucketLabel: model.LabelValue(le)},
+				Value: model.SampleValue(last.cum[i]), Timestamp: at})
+		}
+		return vec
+	}
+	s.t.Fatalf("simProm: metric not modelled: %s", vs.Name)
+	return nil
+}
+
 // TestEnvoyModelBuckets pins the model to Envoy 1.40: requests of a known
 // latency, sent through a real Envoy with these buckets, showed up first in
 // these buckets (the backend slept the time given; Envoy measured a few tenths
@@ -289,4 +338,3 @@ func shiftMS(before, after latencyModel, from, until time.Duration) latencyModel
 		return before(t, rng)
 	}
 }
-

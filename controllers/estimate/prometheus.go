@@ -28,8 +28,10 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/types"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
 )
 
 // DefaultQueryTimeout bounds each Prometheus query when PrometheusOptions.Timeout
@@ -76,6 +78,9 @@ type PrometheusOptions struct {
 type Prometheus struct {
 	api     v1.API
 	timeout time.Duration
+	// memory, once a Sampler is attached, is what it read: Estimate then
+	// sends no query.
+	memory *memory
 }
 
 var _ Estimator = (*Prometheus)(nil)
@@ -113,8 +118,18 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		return Result{}, err
 	}
 	var r readings
-	if sp.hold == "" {
+	switch {
+	case sp.hold != "":
+	case p.memory == nil:
 		r = p.interpret(policy, &auto, qs, sp, p.fetch(ctx, policy, qs, sp, now))
+	default:
+		a, sampled, ok := p.sampled(policy, &auto, sp)
+		if !ok {
+			sp.hold = "the sampler has not read this span yet"
+			break
+		}
+		sp = sampled
+		r = p.interpret(policy, &auto, qs, sp, a)
 	}
 	res := decide(policy, &auto, sp, r, now)
 	failed := ""
@@ -123,6 +138,17 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 	}
 	record(policy, res, failed)
 	return res, nil
+}
+
+// sampled is what the sampler read for the policy's span, and the span it
+// covers.
+func (p *Prometheus) sampled(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, sp span) (answers, span, bool) {
+	if auto.Source == tailcutv1alpha1.EstimateSourceEnvoy {
+		cluster := plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
+		return p.memory.envoyAnswers(cluster, sp, auto.Window.Duration, policy.Spec.EffectiveEvaluationInterval())
+	}
+	a, ok := p.memory.ownAnswers(types.NamespacedName{Namespace: policy.Namespace, Name: policy.Name}, sp)
+	return a, sp, ok
 }
 
 // changeSettle is left out at the start of a span that begins at a delay

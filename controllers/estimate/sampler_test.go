@@ -1,0 +1,142 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package estimate
+
+import (
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// tickAt builds one tick: cluster -> (count at le=16, count at +Inf, retries, attempts).
+func tickAt(at time.Time, clusters map[string][4]float64) envoyTick {
+	t := envoyTick{at: at, clusters: map[string]*clusterTotals{}}
+	for name, v := range clusters {
+		t.clusters[name] = &clusterTotals{buckets: map[string]float64{"16": v[0], "+Inf": v[1]}, retries: v[2], attempts: v[3], counters: true}
+	}
+	return t
+}
+
+func vectorValue(t *testing.T, a answer) float64 {
+	t.Helper()
+	vec, ok := a.v.(model.Vector)
+	if a.err != nil || !ok || len(vec) != 1 {
+		t.Fatalf("answer %+v, want one value", a)
+	}
+	return float64(vec[0].Value)
+}
+
+func bucketsOf(a answer) map[string]float64 {
+	out := map[string]float64{}
+	vec, _ := a.v.(model.Vector)
+	for _, s := range vec {
+		out[string(s.Metric[model.BucketLabel])] = float64(s.Value)
+	}
+	return out
+}
+
+// TestSamplerIncreases works the sampler's arithmetic out by hand: a span's
+// reading is the difference of its ticks, a reset counts its later value, a
+// failed tick in between is skipped, and a cluster that appears counts from 0.
+func TestSamplerIncreases(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := &memory{}
+	const c, fresh = "tailcut_shop_cart_8080", "tailcut_shop_new_80"
+	ticks := []envoyTick{
+		tickAt(t0, map[string][4]float64{c: {100, 110, 5, 115}}),
+		tickAt(t0.Add(5*time.Second), map[string][4]float64{c: {200, 220, 10, 230}}),
+		{at: t0.Add(10 * time.Second), err: errors.New("Prometheus did not answer")},
+		// A proxy restarted: the sums fell.
+		tickAt(t0.Add(15*time.Second), map[string][4]float64{c: {50, 60, 2, 62}, fresh: {10, 10, 0, 10}}),
+		tickAt(t0.Add(20*time.Second), map[string][4]float64{c: {150, 165, 7, 172}, fresh: {30, 35, 1, 36}}),
+	}
+	for _, tk := range ticks {
+		m.add(tk, time.Hour)
+	}
+	sp := span{since: t0.Add(2 * time.Second), rng: 18 * time.Second}
+	a, got, ok := m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
+	if !ok || !got.since.Equal(t0) {
+		t.Fatalf("ok %v, span from %s: want the span read from the tick at or before its start, %s", ok, got.since, t0)
+	}
+	// le=16: 100->200 (+100), reset to 50 (+50), 50->150 (+100): 250.
+	// +Inf: +110, +60, +105: 275. Retries: +5, +2, +5: 12. Attempts: +115, +62, +110: 287.
+	if b := bucketsOf(a.buckets); b["16"] != 250 || b["+Inf"] != 275 {
+		t.Errorf("buckets %v, want le=16 250, +Inf 275", b)
+	}
+	if r, n := vectorValue(t, a.retries), vectorValue(t, a.attempts); r != 12 || n != 287 {
+		t.Errorf("retries %v attempts %v, want 12 and 287", r, n)
+	}
+	// The last interval: 150-50 at le=16, 165-60 at +Inf.
+	if b := bucketsOf(a.last); b["16"] != 100 || b["+Inf"] != 105 {
+		t.Errorf("last interval %v, want le=16 100, +Inf 105", b)
+	}
+	// A cluster that appeared after the span began counts from zero.
+	a, _, _ = m.envoyAnswers(fresh, sp, 30*time.Second, 5*time.Second)
+	if b := bucketsOf(a.buckets); b["16"] != 30 || b["+Inf"] != 35 {
+		t.Errorf("new cluster %v, want le=16 30, +Inf 35", b)
+	}
+	// A cluster nobody scrapes has no series: NoData, not zero traffic.
+	a, _, _ = m.envoyAnswers("tailcut_shop_gone_80", sp, 30*time.Second, 5*time.Second)
+	if vec, ok := a.buckets.v.(model.Vector); !ok || len(vec) != 0 {
+		t.Errorf("unknown cluster: %+v, want an empty vector", a.buckets)
+	}
+	// A span that starts at the last tick has nothing to read yet.
+	if _, _, ok := m.envoyAnswers(c, span{since: t0.Add(21 * time.Second)}, 30*time.Second, 5*time.Second); ok {
+		t.Error("a span after the last tick read something")
+	}
+	// When the last tick failed, that failure is the answer.
+	m.add(envoyTick{at: t0.Add(25 * time.Second), err: errors.New("timeout")}, time.Hour)
+	a, _, ok = m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
+	if !ok || a.buckets.err == nil {
+		t.Errorf("last tick failed: %+v, want its error", a.buckets)
+	}
+}
+
+// TestSamplerForgets keeps a tick older than keep, for the span that starts at
+// the edge, and no more.
+func TestSamplerForgets(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := &memory{}
+	for i := range 10 {
+		m.add(tickAt(t0.Add(time.Duration(i)*10*time.Second), nil), 30*time.Second)
+	}
+	if len(m.ticks) != 4 || !m.ticks[0].at.Equal(t0.Add(60*time.Second)) {
+		t.Errorf("kept %d ticks from %s, want 4 from %s", len(m.ticks), m.ticks[0].at, t0.Add(60*time.Second))
+	}
+}
+
+// TestSamplerQueries: the sampler's three queries parse, read every hedged
+// cluster, and can never read a bypass cluster or the xDS cluster.
+func TestSamplerQueries(t *testing.T) {
+	for _, q := range []string{sampleBuckets, sampleRetries, sampleAttempts} {
+		if err := checkPromQL(q, true); err != nil {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
+	re := regexp.MustCompile("^(?:" + hedgedClusters + ")$")
+	for name, want := range map[string]bool{
+		"tailcut_shop_cart_8080": true, "tailcut_a-b_c-d_1": true,
+		"tailcut_shop_cart_8080_bypass": false, "tailcut_xds": false, "other_shop_cart_80": false,
+	} {
+		if re.MatchString(name) != want {
+			t.Errorf("%s matched %v, want %v", name, !want, want)
+		}
+	}
+}
