@@ -341,9 +341,14 @@ func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolic
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonRejected, "a proxy rejected version "+ps.Version+": "+ps.Rejected)
 	case ps.Connected == 0:
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNoProxies, "no proxy is connected")
-	case ps.Programmed < ps.Connected:
+	case ps.Serving < ps.Connected:
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPending,
-			fmt.Sprintf("%d of %d proxies acknowledged version %s", ps.Programmed, ps.Connected, ps.Version))
+			fmt.Sprintf("%d of %d proxies run this policy; waiting for the others to acknowledge version %s", ps.Serving, ps.Connected, ps.Version))
+	case ps.Programmed < ps.Connected:
+		// Every proxy serves the policy; a change is rolling out. Programmed
+		// stays True, so Ready does not flap on every delay change.
+		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
+			fmt.Sprintf("%d of %d proxies run version %s; the others still run the previous one", ps.Programmed, ps.Connected, ps.Version))
 	default:
 		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
 			fmt.Sprintf("%d of %d proxies run version %s", ps.Programmed, ps.Connected, ps.Version))

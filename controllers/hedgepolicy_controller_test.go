@@ -125,7 +125,7 @@ func conditionOf(p *tailcutv1alpha1.HedgePolicy, condType string) metav1.Conditi
 func TestMissingTargetIsNotAcceptedUntilItAppears(t *testing.T) {
 	ns := newNamespace(t)
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 2, Programmed: 2, Version: "v1"})
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 2, Programmed: 2, Serving: 2, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionAccepted, metav1.ConditionFalse, tailcutv1alpha1.ReasonTargetNotFound)
@@ -198,7 +198,7 @@ func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 	newService(t, ns, "checkout", 8080)
 	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", nil)
 
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionDelayDerived, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoMetrics)
@@ -236,7 +236,7 @@ func TestSpecChangeUpdatesGenerationAndDelay(t *testing.T) {
 	newService(t, ns, "checkout", 8080)
 	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	first := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 	readySince := conditionOf(first, tailcutv1alpha1.ConditionReady).LastTransitionTime
@@ -384,8 +384,8 @@ func TestConflictingPoliciesOlderWins(t *testing.T) {
 	newService(t, ns, "checkout", 8080)
 	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	olderKey, newerKey := types.NamespacedName{Namespace: ns, Name: "policy"}, types.NamespacedName{Namespace: ns, Name: "a-newer"}
-	publisher.setStatus(olderKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
-	publisher.setStatus(newerKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v2"})
+	publisher.setStatus(olderKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
+	publisher.setStatus(newerKey, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v2"})
 	older := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	waitCondition(t, olderKey, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has whole seconds
@@ -421,7 +421,7 @@ func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
 	newService(t, ns, "checkout", 8080)
 	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
 		staticDelay(20 * time.Millisecond)(s)
 		s.Suspend = true
@@ -450,7 +450,7 @@ func TestNoEndpointsIsNotReady(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
 	key := types.NamespacedName{Namespace: ns, Name: "policy"}
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Version: "v1"})
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoEndpoints)
 	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); !strings.Contains(c.Message, "503") {
@@ -509,5 +509,21 @@ func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
 		t.Errorf("the endpoint took %s to reach the publisher: it waited for Prometheus", took)
 	} else {
 		t.Logf("the endpoint reached the publisher %s after the EndpointSlice was created", took.Round(time.Millisecond))
+	}
+}
+
+// TestRolloutKeepsProgrammed is issue #12's "no flapping": while a proxy takes a
+// new version of the policy it still serves the previous one, so Programmed and
+// Ready stay True and say so.
+func TestRolloutKeepsProgrammed(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 2, Programmed: 1, Serving: 2, Version: "v2"})
+	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, "1 of 2 proxies run version v2; the others still run the previous one") {
+		t.Errorf("Programmed message %q", c.Message)
 	}
 }

@@ -46,11 +46,16 @@ type Publisher interface {
 type ProgramStatus struct {
 	// Connected is the number of proxies that should run the configuration.
 	Connected int32
-	// Programmed is the number that acknowledged the current version.
+	// Programmed is the number that run the policy's current version.
 	Programmed int32
-	// Version is the current configuration version.
+	// Serving is the number that run a version of the policy, the current one
+	// or an earlier one: while a change rolls out, they serve it.
+	Serving int32
+	// Version is the current version of the policy's configuration: a content
+	// hash of its own resources, which moves only when they do.
 	Version string
-	// Rejected holds a proxy's error detail when it refused the current version.
+	// Rejected holds a proxy's error detail when it refused the policy's
+	// current version.
 	Rejected string
 }
 

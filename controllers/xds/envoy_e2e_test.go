@@ -316,7 +316,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		t.Fatal("the server published a snapshot before MarkSynced")
 	}
 	srv.MarkSynced(webKey, k8stypes.NamespacedName{Namespace: "e2e", Name: "slow"})
-	v1 := srv.Version()
+	v1 := srv.Status(webKey).Version
 	if v1 == "" {
 		t.Fatal("no snapshot after MarkSynced with every expected policy published")
 	}
@@ -339,7 +339,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	programmed := func(version string) func() (bool, string) {
 		return func() (bool, string) {
 			st := srv.Status(webKey)
-			return st.Connected == 1 && st.Programmed == 1 && st.Version == version && st.Rejected == "", fmt.Sprintf("%+v", st)
+			return st.Connected == 1 && st.Programmed == 1 && st.Serving == 1 && st.Version == version && st.Rejected == "", fmt.Sprintf("%+v", st)
 		}
 	}
 	eventually(t, 60*time.Second, "Envoy to ACK the first version", programmed(v1))
@@ -479,7 +479,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
 	}
-	v2 := srv.Version()
+	v2 := srv.Status(webKey).Version
 	if v2 == v1 {
 		t.Fatal("changing the delay did not change the version")
 	}
@@ -496,7 +496,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		}
 	}
 	pushes := testutil.ToFloat64(pushesTotal)
-	if err := srv.Publish(ctx, nil, web); err != nil || srv.Version() != v2 || testutil.ToFloat64(pushesTotal) != pushes {
+	if err := srv.Publish(ctx, nil, web); err != nil || srv.Status(webKey).Version != v2 || testutil.ToFloat64(pushesTotal) != pushes {
 		t.Errorf("publishing the same plan again pushed a new version (err %v)", err)
 	}
 	// An endpoint leaving is an EDS push only, and coming back another one.
@@ -506,7 +506,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		if err := srv.Publish(ctx, nil, web); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Version()))
+		eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Status(webKey).Version))
 		eventually(t, 10*time.Second, "the EDS update to count", func() (bool, string) {
 			return updates()["EDS"] == before["EDS"]+1, fmt.Sprint(updates())
 		})
@@ -534,7 +534,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatalf("the bad regex must pass proto validation and reach Envoy: %v", err)
 	}
-	v3 := srv.Version()
+	v3 := srv.Status(webKey).Version
 	eventually(t, 30*time.Second, "Envoy to NACK the bad regex", func() (bool, string) {
 		st := srv.Status(webKey)
 		return st.Version == v3 && st.Rejected != "" && st.Programmed == 0, fmt.Sprintf("%+v", st)
@@ -573,7 +573,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Envoy to ACK the fixed version", programmed(srv.Version()))
+	eventually(t, 30*time.Second, "Envoy to ACK the fixed version", programmed(srv.Status(webKey).Version))
 
 	// A proxy that leaves is no longer counted.
 	stopEnvoy()

@@ -97,7 +97,12 @@ type Server struct {
 	synced   bool
 	version  string            // version of the whole snapshot in the cache; "" before the first
 	versions map[string]string // by type URL: the version of each type in the cache
-	expected []string          // type URLs a proxy must ACK to run version
+	// policies holds each policy's own resources' hashes in the snapshot in
+	// the cache, and history which policy hashes recent type versions held,
+	// so Status can tell what a proxy runs from the versions it ACKed.
+	policies map[k8stypes.NamespacedName]policyHash
+	history  map[string][]typeVersion
+	expected []string // type URLs a proxy must ACK to run version
 	streams  map[int64]*streamState
 
 	lisMu sync.Mutex

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestServerWaitsForSync(t *testing.T) {
 	if s.Version() == "" || !s.Synced() {
 		t.Fatal("no snapshot after every expected policy was reconciled")
 	}
-	if st := s.Status(keyOf(plans[0])); st.Version != s.Version() || st.Connected != 0 {
+	if st := s.Status(keyOf(plans[0])); st.Version == "" || st.Connected != 0 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -154,7 +155,7 @@ func TestServerAckNack(t *testing.T) {
 	if err := s.Publish(ctx, nil, p); err != nil {
 		t.Fatal(err)
 	}
-	v := s.Version()
+	v := s.Status(keyOf(p)).Version
 	// Envoy answers each type with that type's version.
 	tv := s.versions
 	cb := callbacks{s}
@@ -191,7 +192,10 @@ func TestServerAckNack(t *testing.T) {
 	if err := s.Publish(ctx, nil, p); err != nil {
 		t.Fatal(err)
 	}
-	v2, rv2 := s.Version(), s.versions[resourcev3.RouteType]
+	v2, rv2 := s.Status(keyOf(p)).Version, s.versions[resourcev3.RouteType]
+	if v2 == v {
+		t.Fatalf("the policy's version did not move with its delay")
+	}
 	if s.versions[resourcev3.ClusterType] != tv[resourcev3.ClusterType] || rv2 == tv[resourcev3.RouteType] {
 		t.Fatalf("a delay change moved the versions %v -> %v, want the routes' only", tv, s.versions)
 	}
@@ -276,5 +280,74 @@ func TestServerRetriesAFailedPush(t *testing.T) {
 	}
 	if v := snap.GetVersion(resourcev3.RouteType); v != s.versions[resourcev3.RouteType] || v == "" || s.Version() == "" {
 		t.Errorf("the cache serves routes version %q, the server reports %q", v, s.versions[resourcev3.RouteType])
+	}
+}
+
+// TestStatusIsPerPolicy is issue #12's defect 3: one snapshot version stood for
+// every policy, so a change to one made every policy Pending, and one policy's
+// NACK marked them all Rejected. A proxy now serves a policy while the versions
+// it acknowledged hold some version of that policy's own resources, and runs
+// the current one when they hold the current; a NACK counts against the
+// policies the rejected version changed.
+func TestStatusIsPerPolicy(t *testing.T) {
+	ctx := context.Background()
+	plans := testPlans(t)
+	web, other := plans[0], plans[len(plans)-1]
+	if web.Name == other.Name {
+		t.Fatal("the test case needs two policies")
+	}
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	s.MarkSynced()
+	for _, p := range []plan.RoutePlan{web, other} {
+		if err := s.Publish(ctx, nil, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb := callbacks{s}
+	if err := cb.OnStreamOpen(ctx, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	nonce := 0
+	serve := func(typ string) string {
+		nonce++
+		n := strconv.Itoa(nonce)
+		cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, VersionInfo: s.versions[typ], Nonce: n})
+		return n
+	}
+	ack := func(typ, n string) {
+		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a"}, TypeUrl: typ, VersionInfo: s.versions[typ], ResponseNonce: n})
+	}
+	types := []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
+	for _, typ := range types {
+		ack(typ, serve(typ))
+	}
+	for _, p := range []plan.RoutePlan{web, other} {
+		if st := s.Status(keyOf(p)); st.Programmed != 1 || st.Serving != 1 {
+			t.Fatalf("%s after every ACK: %+v", p.Name, st)
+		}
+	}
+	otherVersion := s.Status(keyOf(other)).Version
+
+	// web's delay changes: only web is pending, and only its version moves.
+	web.Hedge.Delay += time.Millisecond
+	if err := s.Publish(ctx, nil, web); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(keyOf(other)); st.Programmed != 1 || st.Serving != 1 || st.Version != otherVersion {
+		t.Errorf("%s, untouched, after web's change: %+v, want still programmed at %s", other.Name, st, otherVersion)
+	}
+	if st := s.Status(keyOf(web)); st.Programmed != 0 || st.Serving != 1 {
+		t.Errorf("web before the proxy took its change: %+v, want serving its previous version, not the current", st)
+	}
+
+	// The proxy rejects the new routes: web is rejected, the other is not.
+	n := serve(resourcev3.RouteType)
+	_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResponseNonce: n,
+		ErrorDetail: &status.Status{Message: "bad regex"}})
+	if st := s.Status(keyOf(web)); st.Rejected == "" {
+		t.Errorf("web after the NACK: %+v, want rejected", st)
+	}
+	if st := s.Status(keyOf(other)); st.Rejected != "" || st.Programmed != 1 {
+		t.Errorf("%s after a NACK of web's change: %+v, want programmed, not rejected", other.Name, st)
 	}
 }

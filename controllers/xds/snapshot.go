@@ -178,6 +178,10 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	if err != nil {
 		return err
 	}
+	hashes, err := policyHashes(next, res)
+	if err != nil {
+		return err
+	}
 	snap := &cachev3.Snapshot{}
 	snap.Resources[types.Listener] = cachev3.NewResources(versions[resourcev3.ListenerType], toResources(res.Listeners))
 	snap.Resources[types.Route] = cachev3.NewResources(versions[resourcev3.RouteType], toResources(res.Routes))
@@ -208,10 +212,8 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	s.plans = next
 	s.version = version
 	s.versions = versions
-	s.expected = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
-	if len(res.Clusters) > 0 {
-		s.expected = append(s.expected, resourcev3.EndpointType)
-	}
+	s.policies = hashes
+	s.remember(versions, hashes)
 	s.mu.Unlock()
 	pushesTotal.Inc()
 	s.log.Info("published xDS snapshot", "version", version, "policies", len(next))

@@ -17,43 +17,52 @@ limitations under the License.
 package xds
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 )
 
-// Status reports how far connected proxies took the current snapshot. All
-// policies share one snapshot, so the version and counts are the same for every
-// policy the server holds; a policy it does not hold gets Connected only.
-//
-// A proxy is Programmed when it ACKed the current version of every resource
-// type of the snapshot. Rejected holds the first (by node id) NACK of the
-// current version, as "<node> rejected <type>: <Envoy's error detail>".
+// Status reports how far connected proxies took the policy's configuration.
+// A proxy serves the policy while the versions it ACKed hold some version of
+// the policy's own resources, and runs the current one when they hold the
+// current; changes to other policies do not matter. Rejected holds the first
+// (by node id) NACK of a version that changed this policy, as "<node> rejected
+// <type>: <Envoy's error detail>".
 func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := publish.ProgramStatus{Connected: int32(len(s.streams))}
-	if _, ok := s.plans[key]; !ok || s.version == "" {
+	cur, ok := s.policies[key]
+	if _, planned := s.plans[key]; !ok || !planned || s.version == "" {
 		return ps
 	}
-	ps.Version = s.version
+	ps.Version = cur.version
 	var rejected []string
 	for _, st := range s.streams {
-		programmed := true
-		for _, typ := range s.expected {
-			if st.acked[typ] != s.versions[typ] {
-				programmed = false
-			}
+		serving, current := st.acked[resourcev3.ListenerType] != "", st.acked[resourcev3.ListenerType] != ""
+		for _, typ := range policyTypes {
+			got := s.hashIn(typ, st.acked[typ], key)
+			serving = serving && got != ""
+			current = current && got == cur.byType[typ]
 		}
-		if programmed {
+		if serving {
+			ps.Serving++
+		}
+		if current {
 			ps.Programmed++
 		}
 		for _, typ := range slices.Sorted(maps.Keys(st.nacked)) {
-			if n := st.nacked[typ]; n.version == s.versions[typ] {
+			n := st.nacked[typ]
+			if n.version == s.versions[typ] && s.hashIn(typ, n.version, key) != s.hashIn(typ, st.acked[typ], key) {
 				rejected = append(rejected, fmt.Sprintf("%s rejected %s: %s", st.node, shortType(typ), n.detail))
 			}
 		}
@@ -63,4 +72,102 @@ func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
 		ps.Rejected = rejected[0]
 	}
 	return ps
+}
+
+// policyTypes are the resource types a policy owns resources of: its virtual
+// host (RDS), its two clusters (CDS) and their endpoints (EDS). The listener
+// is shared.
+var policyTypes = []string{resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
+
+// historyLength is how many recent versions of each type the server remembers,
+// enough for any proxy that is still catching up.
+const historyLength = 32
+
+// policyHash is one policy's resources in one snapshot: a hash per type, and a
+// version over all of them.
+type policyHash struct {
+	byType  map[string]string
+	version string
+}
+
+// typeVersion is which policy resources one version of a type held.
+type typeVersion struct {
+	version string
+	hashes  map[k8stypes.NamespacedName]string
+}
+
+// policyHashes hashes each plan's own resources in res.
+func policyHashes(plans map[k8stypes.NamespacedName]plan.RoutePlan, res *Resources) (map[k8stypes.NamespacedName]policyHash, error) {
+	out := make(map[k8stypes.NamespacedName]policyHash, len(plans))
+	for key, p := range plans {
+		names := []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)}
+		var vhosts, clusters, endpoints []validator
+		for _, rc := range res.Routes {
+			for _, vh := range rc.VirtualHosts {
+				if vh.Name == p.Name {
+					vhosts = append(vhosts, vh)
+				}
+			}
+		}
+		for _, c := range res.Clusters {
+			if slices.Contains(names, c.Name) {
+				clusters = append(clusters, c)
+			}
+		}
+		for _, e := range res.Endpoints {
+			if slices.Contains(names, e.ClusterName) {
+				endpoints = append(endpoints, e)
+			}
+		}
+		h := policyHash{byType: map[string]string{}}
+		var all strings.Builder
+		for typ, msgs := range map[string][]validator{resourcev3.RouteType: vhosts, resourcev3.ClusterType: clusters, resourcev3.EndpointType: endpoints} {
+			v, err := hashOf(msgs)
+			if err != nil {
+				return nil, err
+			}
+			h.byType[typ] = v
+		}
+		for _, typ := range policyTypes {
+			all.WriteString(h.byType[typ])
+		}
+		sum := sha256.Sum256([]byte(all.String()))
+		h.version = hex.EncodeToString(sum[:])[:16]
+		out[key] = h
+	}
+	return out, nil
+}
+
+// remember records which policy resources the new type versions hold.
+// Callers hold mu.
+func (s *Server) remember(versions map[string]string, hashes map[k8stypes.NamespacedName]policyHash) {
+	if s.history == nil {
+		s.history = map[string][]typeVersion{}
+	}
+	for _, typ := range policyTypes {
+		h := s.history[typ]
+		if len(h) > 0 && h[len(h)-1].version == versions[typ] {
+			continue
+		}
+		tv := typeVersion{version: versions[typ], hashes: map[k8stypes.NamespacedName]string{}}
+		for key, ph := range hashes {
+			tv.hashes[key] = ph.byType[typ]
+		}
+		h = append(h, tv)
+		if len(h) > historyLength {
+			h = h[len(h)-historyLength:]
+		}
+		s.history[typ] = h
+	}
+}
+
+// hashIn is the policy's resources' hash in a version of a type, "" when the
+// version is unknown or did not hold the policy. Callers hold mu.
+func (s *Server) hashIn(typ, version string, key k8stypes.NamespacedName) string {
+	for _, tv := range s.history[typ] {
+		if tv.version == version {
+			return tv.hashes[key]
+		}
+	}
+	return ""
 }
