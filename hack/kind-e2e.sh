@@ -193,13 +193,15 @@ install_tailcut() {
 	"$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >&2
 	"$KUBECTL" label namespace "$NAMESPACE" --overwrite \
 		pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest >&2
+	# The warm-up runs at the A/B's rate, so the delay the test waits for is
+	# settled under the load the A/B measures it at.
 	"$HELM" upgrade --install "$RELEASE" charts/tailcut --namespace "$NAMESPACE" --wait --timeout 5m \
 		--set image.repository="$repo" --set image.tag="$tag" --set image.pullPolicy=IfNotPresent \
 		--set proxy.image.repository="$erepo" --set proxy.image.tag="$etag" \
 		--set demo.enabled=true \
 		--set demo.workload.image.repository="$wrepo" --set demo.workload.image.tag="$wtag" \
 		--set demo.k6.image.repository="$krepo" --set demo.k6.image.tag="$ktag" \
-		--set demo.warmup.duration=15m \
+		--set demo.warmup.duration=15m --set demo.warmup.rate=150 \
 		--set operator.prometheusURL="http://prometheus-operated.$MONITORING_NS.svc:9090" \
 		--set monitoring.interval=5s >&2
 	ko_took "helm install" "$t0"

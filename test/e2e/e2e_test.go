@@ -116,8 +116,11 @@ func TestKind(t *testing.T) {
 		if err := c.Delete(ctx, warmup, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 			t.Fatalf("deleting the warm-up Job: %v", err)
 		}
+		stopWatch := watchDelay(ctx, t, c, client.ObjectKeyFromObject(policy))
 		out, helmErr := exec.CommandContext(ctx, s.helm, "test", s.release, "-n", s.namespace, "--timeout", "15m").CombinedOutput()
+		changes := stopWatch()
 		t.Logf("helm test:\n%s", out)
+		t.Logf("delay during the A/B: %s", strings.Join(changes, ", "))
 		logs := jobLogs(ctx, t, cs, s.namespace, s.release+"-ab")
 		if err := os.WriteFile(filepath.Join(s.artifacts, "k6.log"), []byte(logs), 0o644); err != nil {
 			t.Fatal(err)
@@ -183,8 +186,8 @@ func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string
 			ready := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionReady)
 			programmed := meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionProgrammed)
 			acked := p.Status.Proxies != nil && p.Status.Proxies.Programmed > 0
-			line = fmt.Sprintf("Ready=%v Programmed=%v proxies=%+v source=%s delay=%v settled=%v",
-				ready, programmed, p.Status.Proxies, p.Status.DelaySource, p.Status.EffectiveDelay, localstack.Settled(&p))
+			line = fmt.Sprintf("Ready=%v Programmed=%v proxies=%s source=%s delay=%s hedgeRate=%s settled=%v",
+				ready, programmed, proxies(p.Status.Proxies), p.Status.DelaySource, delay(p.Status.EffectiveDelay), hedgeRate(p.Status.HedgeRate), localstack.Settled(&p))
 			settled := localstack.Settled(&p)
 			if ready && programmed && acked && settled && p.Status.DelaySource == tailcutv1alpha1.DelaySourcePrometheus {
 				t.Logf("policy %s/%s: %s: %s", ns, policyName, line, p.Status.DelayReason)
@@ -199,6 +202,63 @@ func waitForPolicy(ctx context.Context, t *testing.T, c client.Client, ns string
 			t.Fatalf("the policy was not Ready with a delay from Prometheus within 8 minutes; last: %s", last)
 		}
 		time.Sleep(5 * time.Second)
+	}
+}
+
+// hedgeRate formats the measured hedge rate and the delay it was measured at.
+func hedgeRate(r *tailcutv1alpha1.HedgeRateObservation) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%.2f%%@%s", r.Percent, delay(r.Delay))
+}
+
+// proxies formats the proxy counts as programmed/connected.
+func proxies(c *tailcutv1alpha1.ProxyCounts) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d", c.Programmed, c.Connected)
+}
+
+// delay formats a delay from status; nil is hedging off.
+func delay(d *metav1.Duration) string {
+	if d == nil {
+		return "off"
+	}
+	return d.Duration.String()
+}
+
+// watchDelay records every effective delay the policy shows until the
+// returned function is called, so a verdict can be read against the delays
+// that were in force: a delay that moves during the A/B measures a mix.
+func watchDelay(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	var changes []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start, last := time.Now(), ""
+		for {
+			var p tailcutv1alpha1.HedgePolicy
+			if err := c.Get(ctx, key, &p); err == nil {
+				if d := delay(p.Status.EffectiveDelay); d != last {
+					changes = append(changes, fmt.Sprintf("+%s %s (hedge rate %s)", time.Since(start).Round(time.Second), d, hedgeRate(p.Status.HedgeRate)))
+					last = d
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		return changes
 	}
 }
 

@@ -110,12 +110,23 @@ func (s *Stack) WaitReady(parent context.Context, rps int, timeout time.Duration
 	}
 }
 
-// Settled reports whether the delay has stayed unchanged for two and a half
-// evaluation intervals: the step limit moves it at most once per interval, so
-// a run measured earlier may see a delay still on its way.
+// Settled reports whether the controller has come to rest: the delay has
+// stayed unchanged for two and a half evaluation intervals (the step limit
+// moves it at most once per interval), and the hedge rate was measured at that
+// very delay, over at least two intervals, within the budget plus the one point
+// the A/B verdict allows. A run measured earlier may see a delay still on its
+// way, or one the budget guard is about to raise.
 func Settled(p *tailcutv1alpha1.HedgePolicy) bool {
-	return p.Status.LastDelayChange != nil &&
-		time.Since(p.Status.LastDelayChange.Time) >= p.Spec.EffectiveEvaluationInterval()*5/2
+	interval := p.Spec.EffectiveEvaluationInterval()
+	st := p.Status
+	if st.LastDelayChange == nil || st.EffectiveDelay == nil || time.Since(st.LastDelayChange.Time) < interval*5/2 {
+		return false
+	}
+	r := st.HedgeRate
+	if r == nil || r.Delay == nil || r.Delay.Duration != st.EffectiveDelay.Duration || r.Since == nil {
+		return false
+	}
+	return r.SampledAt.Sub(r.Since.Time) >= 2*interval && r.Percent <= float64(r.BudgetPercent)+1
 }
 
 func durationOrNone(d *metav1.Duration) string {
