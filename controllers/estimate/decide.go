@@ -57,9 +57,11 @@ import (
 // whole distribution instead, and the delay must follow it, not stop. So while
 // hedges are a real share of the traffic (at least hurtsMinShare of the
 // budget), the median rose by hurtsRise against the window before, and the
-// 10th percentile rose by less than hurtsLowRise, both over the span and over
-// the last evaluation interval alone (a span that straddles the end of a
-// shift mixes fast and slow requests into the same picture), hedging pauses. A pause holds
+// 10th percentile rose by less than hurtsLowRise, over the span and over each
+// of the last two evaluation intervals alone, hedging pauses. A span that
+// straddles a shift mixes fast and slow requests into the same picture, and
+// so can one interval (Envoy and Prometheus report seconds late); the
+// interval next to it is all slow or all fast. A pause holds
 // for max(window, 2*evaluationInterval), or until the spec changes, then the
 // delay is derived afresh. The budget guard runs first: a delay left inside a
 // shifted fast mode is over budget, and raising it is the cure.
@@ -192,8 +194,8 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			raised := math.Max(cur.Seconds()*(1+float64(auto.MaxStepPercent)/100), lowerBound*(1+delayMargin))
 			target = math.Max(target, raised)
 			notes = append(notes, fmt.Sprintf("over budget: raising from %s", cur))
-		} else if r.prev != nil && r.last != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
-			if spread(r.prev, r.cdf) && spread(r.prev, r.last) {
+		} else if r.prev != nil && r.last != nil && r.earlier != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
+			if spread(r.prev, r.cdf) && spread(r.prev, r.last) && spread(r.prev, r.earlier) {
 				return paused(tailcutv1alpha1.ReasonHedgingHurts, fmt.Sprintf(
 					"median latency rose from %s to %s while hedging, the 10th percentile stayed near %s: queueing, not a slower service; %s",
 					roundUp(r.prev.quantile(0.5)), roundUp(r.cdf.quantile(0.5)), roundUp(r.cdf.quantile(0.1)), hedgeNote))

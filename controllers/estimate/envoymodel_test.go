@@ -171,7 +171,10 @@ func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Optio
 	}
 	if agg, ok := expr.(*parser.AggregateExpr); ok {
 		if vs, ok := agg.Expr.(*parser.VectorSelector); ok {
-			return s.totals(agg, vs, ts), nil, nil
+			return s.totals(vs, ts), nil, nil
+		}
+		if call, ok := agg.Expr.(*parser.Call); ok && call.Func.Name == "timestamp" {
+			return s.scrapedAt(call.Args[0].(*parser.VectorSelector), ts), nil, nil
 		}
 	}
 	agg, ok := expr.(*parser.AggregateExpr)
@@ -242,10 +245,12 @@ func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Optio
 
 // totals answers the sampler's queries: the cumulative values of the last
 // scrape at or before ts, by envoy_cluster_name (and le).
-func (s *simProm) totals(agg *parser.AggregateExpr, vs *parser.VectorSelector, ts time.Time) model.Vector {
+// lastScrape is the model's last scrape at or before ts, if vs selects its
+// cluster.
+func (s *simProm) lastScrape(vs *parser.VectorSelector, ts time.Time) *scrape {
 	for _, lm := range vs.LabelMatchers {
 		if lm.Name == envoyClusterLabel && !lm.Matches(s.model.cluster) {
-			return model.Vector{}
+			return nil
 		}
 	}
 	var last *scrape
@@ -254,16 +259,50 @@ func (s *simProm) totals(agg *parser.AggregateExpr, vs *parser.VectorSelector, t
 			last = &s.model.scrapes[i]
 		}
 	}
+	return last
+}
+
+// scrapedAt answers timestamp(vs): when the last scrape happened.
+func (s *simProm) scrapedAt(vs *parser.VectorSelector, ts time.Time) model.Vector {
+	last := s.lastScrape(vs, ts)
+	if last == nil {
+		return model.Vector{}
+	}
+	return model.Vector{{Metric: model.Metric{envoyClusterLabel: model.LabelValue(s.model.cluster)},
+		Value: model.SampleValue(float64(last.at.UnixMilli()) / 1000), Timestamp: model.TimeFromUnixNano(ts.UnixNano())}}
+}
+
+func (s *simProm) totals(vs *parser.VectorSelector, ts time.Time) model.Vector {
+	last := s.lastScrape(vs, ts)
 	if last == nil {
 		return model.Vector{}
 	}
 	at := model.TimeFromUnixNano(ts.UnixNano())
-	name := model.Metric{envoyClusterLabel: model.LabelValue(s.model.cluster)}
+	named := func(metric string) model.Metric {
+		return model.Metric{model.MetricNameLabel: model.LabelValue(metric), envoyClusterLabel: model.LabelValue(s.model.cluster)}
+	}
+	selects := func(metric string) bool {
+		if vs.Name != "" {
+			return vs.Name == metric
+		}
+		for _, lm := range vs.LabelMatchers {
+			if lm.Name == model.MetricNameLabel && !lm.Matches(metric) {
+				return false
+			}
+		}
+		return true
+	}
+	if selects(retryMetric) || selects(attemptMetric) {
+		var vec model.Vector
+		if selects(retryMetric) {
+			vec = append(vec, &model.Sample{Metric: named(retryMetric), Value: model.SampleValue(last.retries), Timestamp: at})
+		}
+		if selects(attemptMetric) {
+			vec = append(vec, &model.Sample{Metric: named(attemptMetric), Value: model.SampleValue(last.attempts), Timestamp: at})
+		}
+		return vec
+	}
 	switch vs.Name {
-	case "envoy_cluster_upstream_rq_retry":
-		return model.Vector{{Metric: name, Value: model.SampleValue(last.retries), Timestamp: at}}
-	case "envoy_cluster_upstream_rq_total":
-		return model.Vector{{Metric: name, Value: model.SampleValue(last.attempts), Timestamp: at}}
 	case "envoy_cluster_upstream_rq_time_bucket":
 		var vec model.Vector
 		for i := range last.cum {

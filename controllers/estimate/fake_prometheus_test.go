@@ -45,7 +45,9 @@ const (
 
 func kindOf(q string) queryKind {
 	switch {
-	case strings.Contains(q, " offset "):
+	case strings.Contains(q, " offset ") && !strings.Contains(q, "[30s] offset 30s"):
+		// The previous window; "[30s] offset 30s" is the interval before the
+		// last (test policies evaluate every 30s), answered like the others.
 		return kPrev
 	case strings.HasPrefix(q, "sum by (le)"):
 		return kBuckets

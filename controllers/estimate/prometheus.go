@@ -209,10 +209,10 @@ type answer struct {
 // hedged cluster. interpret reads both the same way.
 type answers struct {
 	quantile, buckets, retries, attempts answer
-	// prev and last are the histograms of the window that ended one window
-	// ago and of the last evaluation interval, for the "hedging hurts"
-	// guard; empty when not needed.
-	prev, last answer
+	// prev, last and earlier are the histograms of the window that ended one
+	// window ago, of the last evaluation interval and of the one before it,
+	// for the "hedging hurts" guard; empty when not needed.
+	prev, last, earlier answer
 }
 
 // needsHistory says whether the "hedging hurts" guard needs the previous
@@ -241,6 +241,7 @@ func (p *Prometheus) fetch(ctx context.Context, policy *tailcutv1alpha1.HedgePol
 	if h, _ := p.hedge(qs, a.retries, a.attempts); qs.prevBuckets != "" && needsHistory(policy, sp, h) {
 		a.prev.v, a.prev.err = p.query(ctx, qs.prevBuckets, now)
 		a.last.v, a.last.err = p.query(ctx, qs.lastBuckets, now)
+		a.earlier.v, a.earlier.err = p.query(ctx, qs.earlierBuckets, now)
 	}
 	return a
 }
@@ -294,7 +295,7 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 			r.samples, promDuration(sp.rng), auto.MinSamples)
 	}
 	if needsHistory(policy, sp, r.hedge) {
-		r.prev, r.last = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale)
+		r.prev, r.last, r.earlier = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale), histogramOf(a.earlier, qs.boundScale)
 	}
 	return r
 }

@@ -68,11 +68,12 @@ type querySet struct {
 	// buckets is the per-bucket increase of the latency histogram over the
 	// read range, summed over instances, one series per le (Envoy, Workload).
 	buckets string
-	// prevBuckets is buckets for the window that ended one window ago, and
-	// lastBuckets for the last evaluation interval, for the "hedging hurts"
-	// guard.
-	prevBuckets string
-	lastBuckets string
+	// prevBuckets is buckets for the window that ended one window ago,
+	// lastBuckets for the last evaluation interval and earlierBuckets for the
+	// interval before it, for the "hedging hurts" guard.
+	prevBuckets    string
+	lastBuckets    string
+	earlierBuckets string
 	// quantile is the user's query (Custom), in seconds.
 	quantile string
 	// retries and attempts are the hedged cluster's upstream_rq_retry and
@@ -91,6 +92,7 @@ var (
 	tmplBuckets  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Range}}]))`
 	tmplPrev     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}] offset {{.Window}}))`
 	tmplLast     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}]))`
+	tmplEarlier  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}] offset {{.Interval}}))`
 	tmplRetries  = `sum(increase(envoy_cluster_upstream_rq_retry{{.HedgedSelector}}[{{.Range}}]))`
 	tmplAttempts = `sum(increase(envoy_cluster_upstream_rq_total{{.HedgedSelector}}[{{.Range}}]))`
 )
@@ -165,7 +167,8 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 	}
 	var jobs []job
 	if auto.Source != tailcutv1alpha1.EstimateSourceCustom {
-		jobs = append(jobs, job{&qs.buckets, tmplBuckets}, job{&qs.prevBuckets, tmplPrev}, job{&qs.lastBuckets, tmplLast})
+		jobs = append(jobs, job{&qs.buckets, tmplBuckets}, job{&qs.prevBuckets, tmplPrev}, job{&qs.lastBuckets, tmplLast},
+			job{&qs.earlierBuckets, tmplEarlier})
 	}
 	// The hedge counters exist only on tailcut's own Envoy clusters.
 	if policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishXDS {

@@ -39,11 +39,12 @@ func TestBuiltinQueries(t *testing.T) {
 			name: "Envoy, since a change 45s ago",
 			rng:  45 * time.Second,
 			want: querySet{
-				buckets:     `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
-				prevBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[2m] offset 2m))`,
-				lastBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[30s]))`,
-				retries:     `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
-				attempts:    `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
+				buckets:        `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
+				prevBuckets:    `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[2m] offset 2m))`,
+				lastBuckets:    `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[30s]))`,
+				earlierBuckets: `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_shop_cart_8080"}[30s] offset 30s))`,
+				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
+				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[45s]))`,
 			},
 		},
 		{
@@ -56,11 +57,12 @@ func TestBuiltinQueries(t *testing.T) {
 			},
 			rng: 90 * time.Second,
 			want: querySet{
-				buckets:     `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s]))`,
-				prevBuckets: `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s] offset 1m30s))`,
-				lastBuckets: `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[10s]))`,
-				retries:     `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
-				attempts:    `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
+				buckets:        `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s]))`,
+				prevBuckets:    `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[1m30s] offset 1m30s))`,
+				lastBuckets:    `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[10s]))`,
+				earlierBuckets: `sum by (le) (increase(rpc_seconds_bucket{namespace="shop",app="we\"ird",job="cart"}[10s] offset 10s))`,
+				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
+				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="tailcut_shop_cart_8080"}[1m30s]))`,
 			},
 		},
 		{
@@ -73,9 +75,10 @@ func TestBuiltinQueries(t *testing.T) {
 			},
 			rng: 2 * time.Minute,
 			want: querySet{
-				buckets:     `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m]))`,
-				prevBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
-				lastBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s]))`,
+				buckets:        `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m]))`,
+				prevBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
+				lastBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s]))`,
+				earlierBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s] offset 30s))`,
 			},
 		},
 	} {
@@ -91,14 +94,15 @@ func TestBuiltinQueries(t *testing.T) {
 			}
 			for _, q := range []struct{ name, got, want string }{
 				{"buckets", got.buckets, tc.want.buckets}, {"prevBuckets", got.prevBuckets, tc.want.prevBuckets},
-				{"lastBuckets", got.lastBuckets, tc.want.lastBuckets}, {"retries", got.retries, tc.want.retries},
+				{"lastBuckets", got.lastBuckets, tc.want.lastBuckets},
+				{"earlierBuckets", got.earlierBuckets, tc.want.earlierBuckets}, {"retries", got.retries, tc.want.retries},
 				{"attempts", got.attempts, tc.want.attempts}, {"quantile", got.quantile, tc.want.quantile},
 			} {
 				if q.got != q.want {
 					t.Errorf("%s:\n got  %s\n want %s", q.name, q.got, q.want)
 				}
 			}
-			for _, q := range []string{got.buckets, got.prevBuckets, got.lastBuckets, got.retries, got.attempts} {
+			for _, q := range []string{got.buckets, got.prevBuckets, got.lastBuckets, got.earlierBuckets, got.retries, got.attempts} {
 				if strings.Contains(q, "_bypass") {
 					t.Errorf("query reads the bypass cluster: %s", q)
 				}

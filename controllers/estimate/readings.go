@@ -92,10 +92,10 @@ type readings struct {
 	samples float64
 	// quantile is the Custom query's value in seconds.
 	quantile float64
-	// prev is the histogram of the window that ended one window ago and last
-	// the one of the last evaluation interval, read only when the "hedging
-	// hurts" guard needs them.
-	prev, last *cdf
+	// prev is the histogram of the window that ended one window ago, last
+	// the one of the last evaluation interval and earlier the one of the
+	// interval before it, read only when the "hedging hurts" guard needs them.
+	prev, last, earlier *cdf
 	// hedge is nil when the hedge counters are absent or could not be read;
 	// hedgeNote then says why.
 	hedge     *hedgeReading

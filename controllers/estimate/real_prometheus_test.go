@@ -36,6 +36,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -110,36 +111,48 @@ func TestRealPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As in production: the sampler runs on its own and tells when the
+	// policy is due.
+	due := make(chan event.GenericEvent, 16)
 	sampler := est.Sampler(func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
-		return []tailcutv1alpha1.HedgePolicy{*policy}, nil
-	}, nil, logr.Discard())
+		mu.Lock()
+		defer mu.Unlock()
+		return []tailcutv1alpha1.HedgePolicy{*policy.DeepCopy()}, nil
+	}, due, logr.Discard())
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	wg.Go(func() { _ = sampler.Start(samplerCtx) })
 	run := loopRun{policy: policy}
-	for i := 0; ; i++ {
-		at := time.Duration(i) * interval
+	for {
+		select {
+		case <-due:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		now := time.Now()
+		at := now.Sub(start)
 		if at > length {
 			break
 		}
-		time.Sleep(time.Until(start.Add(at + 100*time.Millisecond)))
-		now := time.Now()
-		sampler.Tick(ctx, now)
+		mu.Lock()
 		res, err := est.Estimate(ctx, policy, now)
 		if err != nil {
+			mu.Unlock()
 			t.Fatal(err)
 		}
 		checkInvariants(t, policy, res)
 		applyLikeController(policy, res, now)
-		mu.Lock()
 		delay = res.Delay
 		mu.Unlock()
 		run.evals = append(run.evals, eval{at: at, delay: res.Delay, res: res})
 		t.Logf("%3.0fs: %-7s %s", at.Seconds(), res.Delay, res.Reason)
 	}
+	stopSampler()
 	cancel()
 	wg.Wait()
 	run.reqs = reqs
 
 	for _, q := range seen.queries() {
-		if q != sampleBuckets && q != sampleRetries && q != sampleAttempts {
+		if q != sampleBuckets && q != sampleCounters && q != sampleScraped {
 			t.Errorf("the estimator sent %q; it must send the sampler's three queries only", q)
 		}
 	}

@@ -37,24 +37,32 @@ import (
 // or route updates.
 //
 // For the Envoy source, one tick sends three queries whatever the number of
-// policies: the cumulative latency histogram, hedge and request counters of
-// every hedged cluster (hedgedClusters), summed over the proxies. The sampler
-// keeps these totals for two windows. A policy's reading over any span is the
-// difference of two ticks, computed when its reconcile asks for it (Estimate),
-// from memory. A counter that went down between two ticks was reset (a proxy
-// restarted): its later value is the increase, as Prometheus' increase()
-// counts it.
+// policies: the cumulative latency histogram and the hedge and request
+// counters of every hedged cluster (hedgedClusters), summed over the proxies,
+// and when Prometheus scraped those counters. The sampler keeps these totals
+// for two windows. A policy's reading over any span is the difference of two
+// ticks, computed when its reconcile asks for it (Estimate), from memory. A
+// span starts at the first tick whose counters were scraped after the span
+// began: a tick taken after a delay change may still hold a scrape from before
+// it, and counting that scrape's requests against the new delay (hedged at
+// the old one) would misjudge it. A counter that went down between two ticks
+// was reset (a proxy restarted): its later value is the increase, as
+// Prometheus' increase() counts it.
 //
 // Workload and Custom sources have a query of their own per policy: the
-// sampler sends it at each tick, for the span the policy's status asks for, and
-// keeps the answers for its reconcile.
+// sampler sends it when the policy is due, for the span the policy's status
+// asks for, and keeps the answers for its reconcile.
 //
-// The tick is the shortest evaluationInterval among Auto policies, between
-// minTick and maxTick. After each tick the sampler enqueues the policies whose
-// interval has passed, so they are evaluated with what it just read.
+// The tick divides the shortest evaluationInterval among Auto policies into
+// ticksPerEval (fewer when a tick would be shorter than minTick, more when
+// longer than maxTick), so that a delay change has two ticks of its own by the
+// next evaluation: at most nine queries per interval. After each tick the
+// sampler enqueues the policies whose interval has passed, so they are
+// evaluated with what it just read.
 const (
-	minTick = 5 * time.Second
-	maxTick = 30 * time.Second
+	minTick      = 2 * time.Second
+	maxTick      = 30 * time.Second
+	ticksPerEval = 3
 	// ownConcurrency bounds the per-policy queries in flight.
 	ownConcurrency = 8
 )
@@ -66,8 +74,15 @@ const hedgedClusters = `tailcut_.+_[0-9]+`
 // The sampler's queries, one per tick for every policy of source Envoy.
 var (
 	sampleBuckets  = `sum by (envoy_cluster_name, le) (envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name=~"` + hedgedClusters + `"})`
-	sampleRetries  = `sum by (envoy_cluster_name) (envoy_cluster_upstream_rq_retry{envoy_cluster_name=~"` + hedgedClusters + `"})`
-	sampleAttempts = `sum by (envoy_cluster_name) (envoy_cluster_upstream_rq_total{envoy_cluster_name=~"` + hedgedClusters + `"})`
+	sampleCounters = `sum by (__name__, envoy_cluster_name) ({__name__=~"` + retryMetric + `|` + attemptMetric + `",envoy_cluster_name=~"` + hedgedClusters + `"})`
+	// sampleScraped is when the oldest of a cluster's request counters (one
+	// per proxy) was scraped, in seconds since the epoch.
+	sampleScraped = `min by (envoy_cluster_name) (timestamp(` + attemptMetric + `{envoy_cluster_name=~"` + hedgedClusters + `"}))`
+)
+
+const (
+	retryMetric   = "envoy_cluster_upstream_rq_retry"
+	attemptMetric = "envoy_cluster_upstream_rq_total"
 )
 
 // PolicyLister lists every HedgePolicy (from the manager's cache).
@@ -82,6 +97,7 @@ type Sampler struct {
 	log    logr.Logger
 
 	notified map[types.NamespacedName]time.Time
+	unread   map[types.NamespacedName]bool // the last due evaluation found nothing to read
 }
 
 var (
@@ -94,67 +110,103 @@ var (
 // receives the policies to evaluate after each tick.
 func (p *Prometheus) Sampler(list PolicyLister, notify chan<- event.GenericEvent, log logr.Logger) *Sampler {
 	p.memory = &memory{own: map[types.NamespacedName]ownReading{}}
-	return &Sampler{p: p, list: list, notify: notify, log: log, notified: map[types.NamespacedName]time.Time{}}
+	return &Sampler{p: p, list: list, notify: notify, log: log, notified: map[types.NamespacedName]time.Time{}, unread: map[types.NamespacedName]bool{}}
 }
 
 // NeedLeaderElection is true: only the leader evaluates policies.
 func (s *Sampler) NeedLeaderElection() bool { return true }
 
-// Start ticks until ctx ends.
+// Start ticks until ctx ends. It looks at the policies at least every
+// minTick, so a new policy with a short interval is sampled at its pace at
+// once, not after the long tick of the policies before it.
 func (s *Sampler) Start(ctx context.Context) error {
+	var last time.Time
 	for {
-		next := s.Tick(ctx, time.Now())
+		wait := minTick
+		sc, err := s.scan(ctx)
+		if err != nil || last.IsZero() || time.Since(last) >= sc.tick {
+			last = time.Now()
+			s.Tick(ctx, last)
+		}
+		if err == nil {
+			wait = min(wait, sc.tick-time.Since(last))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(next):
+		case <-time.After(max(wait, 10*time.Millisecond)):
 		}
 	}
 }
 
-// Tick reads Prometheus once, at now, and returns the time until the next tick.
-func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
+// tickFor is the tick for the shortest evaluation interval: it divides the
+// interval, so that evaluations (after ticks) come once per interval.
+func tickFor(shortest time.Duration) time.Duration {
+	n := max(ticksPerEval, int((shortest+maxTick-1)/maxTick))
+	for n > 1 && shortest/time.Duration(n) < minTick {
+		n--
+	}
+	return shortest / time.Duration(n)
+}
+
+// scanned is what the sampler reads, from the policies it reads for.
+type scanned struct {
+	auto  []*tailcutv1alpha1.HedgePolicy
+	tick  time.Duration // see tickFor
+	keep  time.Duration // how long readings are kept: two of the longest windows
+	envoy bool          // a policy reads the Envoy source
+}
+
+func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 	list, err := s.list(ctx)
 	if err != nil {
-		s.log.Error(err, "listing HedgePolicies; sampling again at the next tick")
-		return minTick
+		return scanned{}, err
 	}
-	tick, keep := maxTick, 2*time.Minute
-	var auto []*tailcutv1alpha1.HedgePolicy
-	envoy := false
+	sc := scanned{tick: maxTick, keep: 2 * time.Minute}
 	for i := range list {
 		p := &list[i]
 		if !p.DeletionTimestamp.IsZero() || p.Spec.Suspend || p.Spec.EffectiveDelayMode() != tailcutv1alpha1.DelayModeAuto {
 			continue
 		}
-		auto = append(auto, p)
+		sc.auto = append(sc.auto, p)
 		a := p.Spec.EffectiveAuto()
-		tick = min(tick, p.Spec.EffectiveEvaluationInterval())
-		keep = max(keep, 2*a.Window.Duration)
-		envoy = envoy || a.Source == tailcutv1alpha1.EstimateSourceEnvoy
+		sc.tick = min(sc.tick, p.Spec.EffectiveEvaluationInterval())
+		sc.keep = max(sc.keep, 2*a.Window.Duration)
+		sc.envoy = sc.envoy || a.Source == tailcutv1alpha1.EstimateSourceEnvoy
 	}
-	tick = max(tick, minTick)
-	if envoy {
-		s.p.memory.add(s.readEnvoy(ctx, now), keep+2*tick)
+	sc.tick = tickFor(sc.tick)
+	return sc, nil
+}
+
+// Tick reads Prometheus once, at now, and returns the time until the next tick.
+func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
+	sc, err := s.scan(ctx)
+	if err != nil {
+		s.log.Error(err, "listing HedgePolicies; sampling again at the next tick")
+		return minTick
 	}
-	s.readOwn(ctx, auto, now)
-	s.enqueue(ctx, auto, now, tick)
-	return tick
+	if sc.envoy {
+		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick)
+	}
+	due := s.due(sc.auto, now, sc.tick)
+	s.readOwn(ctx, due, now)
+	s.enqueue(ctx, due)
+	return sc.tick
 }
 
 // readEnvoy reads every hedged cluster's totals.
 func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 	t := envoyTick{at: now, clusters: map[string]*clusterTotals{}}
-	var buckets, retries, attempts answer
+	var buckets, counters, scraped answer
 	var wg sync.WaitGroup
-	for q, dst := range map[string]*answer{sampleBuckets: &buckets, sampleRetries: &retries, sampleAttempts: &attempts} {
+	for q, dst := range map[string]*answer{sampleBuckets: &buckets, sampleCounters: &counters, sampleScraped: &scraped} {
 		wg.Go(func() {
 			v, err := s.p.query(ctx, q, now)
 			*dst = answer{v, err}
 		})
 	}
 	wg.Wait()
-	for _, a := range []answer{buckets, retries, attempts} {
+	for _, a := range []answer{buckets, counters, scraped} {
 		if a.err != nil {
 			t.err = a.err
 			return t
@@ -175,8 +227,17 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 	totals(buckets.v, func(c *clusterTotals, smp *model.Sample) {
 		c.buckets[string(smp.Metric[model.BucketLabel])] = float64(smp.Value)
 	})
-	totals(retries.v, func(c *clusterTotals, smp *model.Sample) { c.retries, c.counters = float64(smp.Value), true })
-	totals(attempts.v, func(c *clusterTotals, smp *model.Sample) { c.attempts = float64(smp.Value) })
+	totals(counters.v, func(c *clusterTotals, smp *model.Sample) {
+		switch smp.Metric[model.MetricNameLabel] {
+		case retryMetric:
+			c.retries, c.counters = float64(smp.Value), true
+		case attemptMetric:
+			c.attempts, c.counters = float64(smp.Value), true
+		}
+	})
+	totals(scraped.v, func(c *clusterTotals, smp *model.Sample) {
+		c.scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
+	})
 	return t
 }
 
@@ -208,17 +269,62 @@ func (s *Sampler) readOwn(ctx context.Context, auto []*tailcutv1alpha1.HedgePoli
 	wg.Wait()
 }
 
-// enqueue asks for the evaluation of every policy whose interval has passed.
-func (s *Sampler) enqueue(ctx context.Context, auto []*tailcutv1alpha1.HedgePolicy, now time.Time, tick time.Duration) {
-	if s.notify == nil {
-		return
-	}
+// due returns the policies whose interval has passed since they were last
+// due, and those whose last evaluation found nothing to read and now would,
+// and records them as due now. The second kind is the first reading after a
+// delay change: it needs two ticks scraped after the change, which, with the
+// scrape interval's lag, may come a tick after the interval passed.
+func (s *Sampler) due(auto []*tailcutv1alpha1.HedgePolicy, now time.Time, tick time.Duration) []*tailcutv1alpha1.HedgePolicy {
+	var due []*tailcutv1alpha1.HedgePolicy
 	for _, p := range auto {
 		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		if last, ok := s.notified[key]; ok && now.Sub(last) < p.Spec.EffectiveEvaluationInterval()-tick/2 {
+		last, ok := s.notified[key]
+		// A quarter tick of slack for timer jitter; more would evaluate
+		// before the interval passed, when no delay may change yet.
+		intervalPassed := !ok || now.Sub(last) >= p.Spec.EffectiveEvaluationInterval()-tick/4
+		if !intervalPassed && (!s.unread[key] || !s.readable(p, now)) {
 			continue
 		}
 		s.notified[key] = now
+		s.unread[key] = !s.readable(p, now)
+		due = append(due, p)
+	}
+	if len(s.notified) > len(auto) {
+		current := map[types.NamespacedName]bool{}
+		for _, p := range auto {
+			current[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = true
+		}
+		for key := range s.notified {
+			if !current[key] {
+				delete(s.notified, key)
+				delete(s.unread, key)
+			}
+		}
+	}
+	return due
+}
+
+// readable says whether an evaluation of the policy now would find its span
+// in memory.
+func (s *Sampler) readable(p *tailcutv1alpha1.HedgePolicy, now time.Time) bool {
+	a := p.Spec.EffectiveAuto()
+	if a.Source != tailcutv1alpha1.EstimateSourceEnvoy {
+		return true
+	}
+	sp := readSpan(p, &a, now)
+	if sp.hold != "" {
+		return false
+	}
+	_, _, ok := s.p.sampled(p, &a, sp)
+	return ok
+}
+
+// enqueue asks for the evaluation of the policies.
+func (s *Sampler) enqueue(ctx context.Context, due []*tailcutv1alpha1.HedgePolicy) {
+	if s.notify == nil {
+		return
+	}
+	for _, p := range due {
 		ev := event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}}
 		select {
 		case s.notify <- ev:
@@ -248,6 +354,9 @@ type clusterTotals struct {
 	buckets           map[string]float64 // by le
 	retries, attempts float64
 	counters          bool
+	// scraped is when Prometheus scraped the counters (the oldest proxy's);
+	// zero when unknown.
+	scraped time.Time
 }
 
 // ownReading is what a Workload or Custom policy's queries answered, for the
@@ -304,8 +413,8 @@ func (m *memory) envoyAnswers(cluster string, sp span, window, interval time.Dur
 		a := answer{err: latest.err}
 		return answers{buckets: a, retries: a, attempts: a}, sp, true
 	}
-	from := m.before(sp.since)
-	if from >= n-1 {
+	from := m.firstScrapedAfter(cluster, sp.since)
+	if from < 0 || from >= n-1 {
 		return answers{}, sp, false
 	}
 	// The span's start is the tick it is read from; its length stays the one
@@ -314,7 +423,28 @@ func (m *memory) envoyAnswers(cluster string, sp span, window, interval time.Dur
 	a := m.increase(cluster, from, n-1)
 	a.prev = m.increase(cluster, m.before(latest.at.Add(-2*window)), m.before(latest.at.Add(-window))).buckets
 	a.last = m.increase(cluster, m.before(latest.at.Add(-interval)), n-1).buckets
+	a.earlier = m.increase(cluster, m.before(latest.at.Add(-2*interval)), m.before(latest.at.Add(-interval))).buckets
 	return a, sp, true
+}
+
+// firstScrapedAfter is the index of the first good tick that holds the
+// cluster as scraped at or after t (by the tick's time when the scrape time is
+// unknown), or, when memory begins after t, of the oldest tick; -1 when there
+// is none yet.
+func (m *memory) firstScrapedAfter(cluster string, t time.Time) int {
+	for j, tk := range m.ticks {
+		if tk.err != nil {
+			continue
+		}
+		at := tk.at
+		if c := tk.clusters[cluster]; c != nil && !c.scraped.IsZero() {
+			at = c.scraped
+		}
+		if j == 0 && tk.at.After(t) || !at.Before(t) {
+			return j
+		}
+	}
+	return -1
 }
 
 // before is the index of the last good tick at or before t, or of the oldest.

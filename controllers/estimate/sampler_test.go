@@ -17,12 +17,17 @@ limitations under the License.
 package estimate
 
 import (
+	"context"
 	"errors"
 	"regexp"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/common/model"
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
 // tickAt builds one tick: cluster -> (count at le=16, count at +Inf, retries, attempts).
@@ -70,10 +75,10 @@ func TestSamplerIncreases(t *testing.T) {
 	for _, tk := range ticks {
 		m.add(tk, time.Hour)
 	}
-	sp := span{since: t0.Add(2 * time.Second), rng: 18 * time.Second}
+	sp := span{since: t0, rng: 20 * time.Second}
 	a, got, ok := m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
 	if !ok || !got.since.Equal(t0) {
-		t.Fatalf("ok %v, span from %s: want the span read from the tick at or before its start, %s", ok, got.since, t0)
+		t.Fatalf("ok %v, span from %s: want the span read from the tick at its start, %s", ok, got.since, t0)
 	}
 	// le=16: 100->200 (+100), reset to 50 (+50), 50->150 (+100): 250.
 	// +Inf: +110, +60, +105: 275. Retries: +5, +2, +5: 12. Attempts: +115, +62, +110: 287.
@@ -97,8 +102,8 @@ func TestSamplerIncreases(t *testing.T) {
 	if vec, ok := a.buckets.v.(model.Vector); !ok || len(vec) != 0 {
 		t.Errorf("unknown cluster: %+v, want an empty vector", a.buckets)
 	}
-	// A span that starts at the last tick has nothing to read yet.
-	if _, _, ok := m.envoyAnswers(c, span{since: t0.Add(21 * time.Second)}, 30*time.Second, 5*time.Second); ok {
+	// A span that starts after the next-to-last tick has nothing to read yet.
+	if _, _, ok := m.envoyAnswers(c, span{since: t0.Add(16 * time.Second)}, 30*time.Second, 5*time.Second); ok {
 		t.Error("a span after the last tick read something")
 	}
 	// When the last tick failed, that failure is the answer.
@@ -106,6 +111,40 @@ func TestSamplerIncreases(t *testing.T) {
 	a, _, ok = m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
 	if !ok || a.buckets.err == nil {
 		t.Errorf("last tick failed: %+v, want its error", a.buckets)
+	}
+}
+
+// TestSamplerSpanStartsAfterItsStart: a span starts at the first tick whose
+// counters Prometheus scraped at or after the span's start. A tick taken after
+// a delay change can still hold a scrape from before it; counting those
+// requests, hedged at the old delay, against the new one made the budget
+// guard see 30% hedged where 5% were (the local stack's shift, 28.1 -> 50.6ms).
+func TestSamplerSpanStartsAfterItsStart(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const c = "tailcut_shop_cart_8080"
+	m := &memory{}
+	scraped := func(tk envoyTick, at time.Time) envoyTick {
+		tk.clusters[c].scraped = at
+		return tk
+	}
+	// At the old delay every request was hedged (retries = attempts); from
+	// the change at t0+1s, none were.
+	m.add(scraped(tickAt(t0, map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(-time.Second)), time.Hour)
+	m.add(scraped(tickAt(t0.Add(2*time.Second), map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(500*time.Millisecond)), time.Hour)
+	m.add(scraped(tickAt(t0.Add(4*time.Second), map[string][4]float64{c: {0, 400, 130, 500}}), t0.Add(3*time.Second)), time.Hour)
+	sp := span{since: t0.Add(time.Second), rng: 3 * time.Second}
+	if _, _, ok := m.envoyAnswers(c, sp, 30*time.Second, 2*time.Second); ok {
+		t.Fatal("one tick scraped after the change is not a span yet")
+	}
+	m.add(scraped(tickAt(t0.Add(6*time.Second), map[string][4]float64{c: {0, 700, 145, 800}}), t0.Add(5*time.Second)), time.Hour)
+	a, got, ok := m.envoyAnswers(c, sp, 30*time.Second, 2*time.Second)
+	if !ok || !got.since.Equal(t0.Add(4*time.Second)) {
+		t.Fatalf("ok %v, span from %s: want the tick at t0+4s, the first scraped after the change", ok, got.since)
+	}
+	// From t0+4s: 15 retries of 300 requests, 5%; from the tick at t0+2s it
+	// would have been 45 of 600.
+	if r, n := vectorValue(t, a.retries), vectorValue(t, a.attempts); r != 15 || n != 300 {
+		t.Errorf("retries %v of %v, want 15 of 300", r, n)
 	}
 }
 
@@ -125,7 +164,7 @@ func TestSamplerForgets(t *testing.T) {
 // TestSamplerQueries: the sampler's three queries parse, read every hedged
 // cluster, and can never read a bypass cluster or the xDS cluster.
 func TestSamplerQueries(t *testing.T) {
-	for _, q := range []string{sampleBuckets, sampleRetries, sampleAttempts} {
+	for _, q := range []string{sampleBuckets, sampleCounters, sampleScraped} {
 		if err := checkPromQL(q, true); err != nil {
 			t.Errorf("%s: %v", q, err)
 		}
@@ -137,6 +176,63 @@ func TestSamplerQueries(t *testing.T) {
 	} {
 		if re.MatchString(name) != want {
 			t.Errorf("%s matched %v, want %v", name, !want, want)
+		}
+	}
+}
+
+// TestSamplerSamplesANewPolicyAtItsPace: with no policies the sampler's tick
+// is its longest (30 s). A policy with a 5 s interval that appears then was
+// first read up to 30 s later, so its first delay came after 35 s on the local
+// stack. It must be read within a short tick.
+func TestSamplerSamplesANewPolicyAtItsPace(t *testing.T) {
+	f := newFakeProm(t)
+	f.world(5000, bimodal(15, 0.03))
+	est := newTestEstimator(t, f, time.Second)
+	var mu sync.Mutex
+	var policies []tailcutv1alpha1.HedgePolicy
+	sampler := est.Sampler(func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(policies), nil
+	}, nil, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sampler.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	time.Sleep(500 * time.Millisecond) // the first tick, with no policies
+	mu.Lock()
+	policies = []tailcutv1alpha1.HedgePolicy{*testPolicy(func(p *tailcutv1alpha1.HedgePolicy) {
+		p.Spec.EvaluationInterval = dur(5 * time.Second)
+	})}
+	mu.Unlock()
+	added := time.Now()
+	for len(f.queries()) == 0 {
+		if time.Since(added) > 2*minTick {
+			t.Fatalf("a policy with a 5s interval was not read %s after it appeared", time.Since(added).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("first query %s after the policy appeared", time.Since(added).Round(100*time.Millisecond))
+}
+
+// TestTickFor: the tick divides the interval into three where it can, stays
+// within [2s, 30s], and evaluations then come exactly once per interval.
+func TestTickFor(t *testing.T) {
+	for interval, want := range map[time.Duration]time.Duration{
+		5 * time.Second:  2500 * time.Millisecond, // three would be 1.67s
+		6 * time.Second:  2 * time.Second,
+		30 * time.Second: 10 * time.Second,
+		2 * time.Minute:  30 * time.Second, // four ticks
+		time.Hour:        30 * time.Second,
+	} {
+		if got := tickFor(interval); got != want {
+			t.Errorf("tickFor(%s) = %s, want %s", interval, got, want)
 		}
 	}
 }

@@ -186,7 +186,7 @@ func TestOrdinaryTraffic(t *testing.T) {
 	time.Sleep(window + 5*interval)
 	stopTraffic()
 	shift := during()
-	t.Logf("delay series across the shift (15 -> 40ms at +0s, back at +%s): %s", unshifted.Sub(shifted).Round(time.Second), shift.since(shifted))
+	t.Logf("delay series across the shift (15 -> 40ms at +0s, back at +%s): %s%s", unshifted.Sub(shifted).Round(time.Second), shift.since(shifted), shift.since(shifted).reasons())
 	up, ok := shift.firstAtLeast(shifted, 42*time.Millisecond)
 	if !ok || up.Sub(shifted) > 2*interval+3*time.Second {
 		t.Errorf("the delay reached 42ms %s after the shift (reached: %v), want within 2 evaluation intervals and a scrape", up.Sub(shifted), ok)
@@ -292,8 +292,9 @@ func logTable(t *testing.T, r Report) {
 
 // delaySample is the policy's delay at one moment (0: hedging off).
 type delaySample struct {
-	at    time.Time
-	delay time.Duration
+	at     time.Time
+	delay  time.Duration
+	reason string // status.delayReason
 }
 
 type delaySeries []delaySample
@@ -307,6 +308,17 @@ func (ds delaySeries) String() string {
 		}
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// reasons lists each change with the reason status gave for it.
+func (ds delaySeries) reasons() string {
+	var b strings.Builder
+	for i, d := range ds {
+		if i == 0 || d.delay != ds[i-1].delay {
+			fmt.Fprintf(&b, "\n  +%s %s: %s", d.at.Sub(ds[0].at).Round(time.Second), d.delay, d.reason)
+		}
+	}
+	return b.String()
 }
 
 func (ds delaySeries) since(t time.Time) delaySeries {
@@ -403,7 +415,7 @@ func (s *Stack) recordDelays(ctx context.Context, interval time.Duration) func()
 				if p.Status.EffectiveDelay != nil {
 					d = p.Status.EffectiveDelay.Duration
 				}
-				series = append(series, delaySample{at: time.Now(), delay: d})
+				series = append(series, delaySample{at: time.Now(), delay: d, reason: p.Status.DelayReason})
 			}
 			select {
 			case <-ctx.Done():
