@@ -79,6 +79,21 @@ type RoutePlan struct {
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
 }
 
+// DeepCopy returns a copy of the plan that shares nothing with it, for
+// publishers that keep plans: a caller may change its plan after publishing.
+func (p RoutePlan) DeepCopy() RoutePlan {
+	c := p
+	c.Hosts = slices.Clone(p.Hosts)
+	c.Match.Methods = slices.Clone(p.Match.Methods)
+	c.Endpoints = slices.Clone(p.Endpoints)
+	if p.Hedge != nil {
+		h := *p.Hedge
+		h.RetryOn = slices.Clone(p.Hedge.RetryOn)
+		c.Hedge = &h
+	}
+	return c
+}
+
 // Match is a path prefix and the methods hedged under it.
 type Match struct {
 	PathPrefix string `json:"pathPrefix"`

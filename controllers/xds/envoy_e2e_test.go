@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -520,13 +521,11 @@ func TestEnvoyEndToEnd(t *testing.T) {
 
 	// (h) A route Envoy rejects (bad RE2) is NACKed; the last good config keeps serving.
 	nacks := testutil.ToFloat64(nacksTotal.WithLabelValues("RDS"))
-	srv.mutate = func(r *Resources) {
-		for _, vh := range r.Routes[0].VirtualHosts {
-			for _, rt := range vh.Routes {
-				for _, h := range rt.GetMatch().GetHeaders() {
-					if re := h.GetStringMatch().GetSafeRegex(); re != nil {
-						h.GetStringMatch().MatchPattern = &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "^(GET|HEAD"}}
-					}
+	srv.translator.mutateVirtualHost = func(vh *routev3.VirtualHost) {
+		for _, rt := range vh.Routes {
+			for _, h := range rt.GetMatch().GetHeaders() {
+				if re := h.GetStringMatch().GetSafeRegex(); re != nil {
+					h.GetStringMatch().MatchPattern = &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "^(GET|HEAD"}}
 				}
 			}
 		}
@@ -569,7 +568,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	}
 
 	// Fixing the plan set publishes a good version again.
-	srv.mutate = nil
+	srv.translator.mutateVirtualHost = nil
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,10 @@ var (
 		Name: "tailcut_xds_nacks_total",
 		Help: "xDS responses a proxy rejected, by resource type (LDS, RDS, CDS, EDS).",
 	}, []string{"type"})
+	translationsTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tailcut_xds_translations_total",
+		Help: "Policies translated into Envoy resources. A policy is translated again only when its plan changes.",
+	})
 	connectedProxies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tailcut_xds_connected_proxies",
 		Help: "Proxies with an open ADS stream.",
@@ -42,7 +46,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(pushesTotal, nacksTotal, connectedProxies)
+	metrics.Registry.MustRegister(pushesTotal, nacksTotal, translationsTotal, connectedProxies)
 }
 
 // shortType names a type URL the way Envoy's docs do.

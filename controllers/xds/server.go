@@ -102,7 +102,6 @@ type Server struct {
 	// so Status can tell what a proxy runs from the versions it ACKed.
 	policies map[k8stypes.NamespacedName]policyHash
 	history  map[string][]typeVersion
-	expected []string // type URLs a proxy must ACK to run version
 	streams  map[int64]*streamState
 
 	lisMu sync.Mutex
@@ -111,9 +110,9 @@ type Server struct {
 	events chan event.GenericEvent
 	dirty  chan struct{}
 
-	// mutate, when set by a test, edits the translated resources before they
-	// are validated and published.
-	mutate func(*Resources)
+	// translator keeps each policy's translation until its plan changes.
+	// Guarded by pubMu.
+	translator *translator
 }
 
 var (
@@ -132,15 +131,16 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	opts.Translate = opts.Translate.withDefaults()
 	return &Server{
-		opts:    opts,
-		log:     opts.Logger,
-		cache:   cachev3.NewSnapshotCache(true, groupHash{}, logAdapter{opts.Logger}),
-		pending: map[k8stypes.NamespacedName]bool{},
-		seen:    map[k8stypes.NamespacedName]bool{},
-		plans:   map[k8stypes.NamespacedName]plan.RoutePlan{},
-		streams: map[int64]*streamState{},
-		events:  make(chan event.GenericEvent, 256),
-		dirty:   make(chan struct{}, 1),
+		opts:       opts,
+		log:        opts.Logger,
+		cache:      cachev3.NewSnapshotCache(true, groupHash{}, logAdapter{opts.Logger}),
+		pending:    map[k8stypes.NamespacedName]bool{},
+		seen:       map[k8stypes.NamespacedName]bool{},
+		plans:      map[k8stypes.NamespacedName]plan.RoutePlan{},
+		translator: newTranslator(opts.Translate),
+		streams:    map[int64]*streamState{},
+		events:     make(chan event.GenericEvent, 256),
+		dirty:      make(chan struct{}, 1),
 	}
 }
 
@@ -200,10 +200,11 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Events delivers a GenericEvent for every policy the server holds whenever
-// what Status reports may have changed: a proxy connected or left, ACKed or
-// NACKed, or a new version was published. Bursts are coalesced (100ms). Feed it
-// to the HedgePolicy controller with
+// Events delivers a GenericEvent for each policy whose Status changed: a
+// proxy connected or left, ACKed or NACKed, or a new version of the policy was
+// published. Bursts are coalesced (100ms), and a policy whose status did not
+// move gets no event, so one policy's change does not wake a thousand
+// reconciles. Feed it to the HedgePolicy controller with
 //
 //	WatchesRawSource(source.Channel(srv.Events(), &handler.EnqueueRequestForObject{}))
 //
@@ -219,6 +220,7 @@ func (s *Server) notify() {
 }
 
 func (s *Server) notifyLoop(ctx context.Context) {
+	last := map[k8stypes.NamespacedName]publish.ProgramStatus{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -235,7 +237,14 @@ func (s *Server) notifyLoop(ctx context.Context) {
 			return strings.Compare(a.String(), b.String())
 		})
 		s.mu.Unlock()
+		current := make(map[k8stypes.NamespacedName]publish.ProgramStatus, len(keys))
 		for _, k := range keys {
+			current[k] = s.Status(k)
+		}
+		for _, k := range keys {
+			if prev, ok := last[k]; ok && prev == current[k] {
+				continue
+			}
 			ev := event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
 			select {
 			case s.events <- ev:
@@ -243,5 +252,6 @@ func (s *Server) notifyLoop(ctx context.Context) {
 				return
 			}
 		}
+		last = current
 	}
 }

@@ -274,7 +274,7 @@ func TestServerRetriesAFailedPush(t *testing.T) {
 	if err := s.Publish(ctx, nil, plans[0]); err != nil {
 		t.Fatalf("the retry failed: %v", err)
 	}
-	snap, err := fc.SnapshotCache.GetSnapshot(nodeGroup)
+	snap, err := fc.GetSnapshot(nodeGroup)
 	if err != nil {
 		t.Fatalf("the retry pushed nothing: %v", err)
 	}
@@ -349,5 +349,52 @@ func TestStatusIsPerPolicy(t *testing.T) {
 	}
 	if st := s.Status(keyOf(other)); st.Rejected != "" || st.Programmed != 1 {
 		t.Errorf("%s after a NACK of web's change: %+v, want programmed, not rejected", other.Name, st)
+	}
+}
+
+// TestEventsOnlyForChangedPolicies: every push or ACK sent an event for every
+// policy, so one policy's change woke the reconciles of all of them. Only the
+// policies whose status moved get one.
+func TestEventsOnlyForChangedPolicies(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	plans := testPlans(t)
+	web, other := plans[0], plans[len(plans)-1]
+	s := NewServer(ServerOptions{Logger: logr.Discard()})
+	s.MarkSynced()
+	go s.notifyLoop(ctx)
+	received := func() map[string]int {
+		got := map[string]int{}
+		deadline := time.After(3 * notifyHoldOff)
+		for {
+			select {
+			case ev := <-s.Events():
+				got[ev.Object.GetNamespace()+"/"+ev.Object.GetName()]++
+			case <-deadline:
+				return got
+			}
+		}
+	}
+	for _, p := range []plan.RoutePlan{web, other} {
+		if err := s.Publish(ctx, nil, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := received(); got[web.Name] != 1 || got[other.Name] != 1 {
+		t.Fatalf("after publishing both: events %v, want one each", got)
+	}
+	web.Hedge.Delay += time.Millisecond
+	if err := s.Publish(ctx, nil, web); err != nil {
+		t.Fatal(err)
+	}
+	if got := received(); got[web.Name] != 1 || got[other.Name] != 0 {
+		t.Errorf("after web's delay changed: events %v, want one for %s and none for %s", got, web.Name, other.Name)
+	}
+	// A proxy connecting changes what both report.
+	if err := (callbacks{s}).OnStreamOpen(ctx, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := received(); got[web.Name] != 1 || got[other.Name] != 1 {
+		t.Errorf("after a proxy connected: events %v, want one each", got)
 	}
 }

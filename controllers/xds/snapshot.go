@@ -108,7 +108,7 @@ func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	next := s.planSet()
-	next[key] = p
+	next[key] = p.DeepCopy()
 	if err := s.applyLocked(ctx, next); err != nil {
 		return fmt.Errorf("xds: publishing %s: %w", key, err)
 	}
@@ -160,27 +160,14 @@ func planKey(owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) k8stypes.Name
 // applyLocked translates the plan set and, once synced, hands a snapshot with
 // a new version to the cache. On error nothing changes. Callers hold pubMu.
 func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedName]plan.RoutePlan) error {
-	res, err := Translate(slices.Collect(maps.Values(next)), s.opts.Translate)
+	res, err := s.translator.translate(slices.Collect(maps.Values(next)))
 	if err != nil {
 		return err
 	}
-	if s.mutate != nil {
-		s.mutate(res)
-		if err := res.Validate(); err != nil {
-			return err
-		}
-	}
-	version, err := res.Version()
-	if err != nil {
-		return err
-	}
-	versions, err := res.TypeVersions()
-	if err != nil {
-		return err
-	}
-	hashes, err := policyHashes(next, res)
-	if err != nil {
-		return err
+	version, versions := res.Version(), res.TypeVersions()
+	hashes := make(map[k8stypes.NamespacedName]policyHash, len(next))
+	for key, p := range next {
+		hashes[key] = res.policies[p.Name]
 	}
 	snap := &cachev3.Snapshot{}
 	snap.Resources[types.Listener] = cachev3.NewResources(versions[resourcev3.ListenerType], toResources(res.Listeners))

@@ -17,17 +17,13 @@ limitations under the License.
 package xds
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 )
 
@@ -94,48 +90,6 @@ type policyHash struct {
 type typeVersion struct {
 	version string
 	hashes  map[k8stypes.NamespacedName]string
-}
-
-// policyHashes hashes each plan's own resources in res.
-func policyHashes(plans map[k8stypes.NamespacedName]plan.RoutePlan, res *Resources) (map[k8stypes.NamespacedName]policyHash, error) {
-	out := make(map[k8stypes.NamespacedName]policyHash, len(plans))
-	for key, p := range plans {
-		names := []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)}
-		var vhosts, clusters, endpoints []validator
-		for _, rc := range res.Routes {
-			for _, vh := range rc.VirtualHosts {
-				if vh.Name == p.Name {
-					vhosts = append(vhosts, vh)
-				}
-			}
-		}
-		for _, c := range res.Clusters {
-			if slices.Contains(names, c.Name) {
-				clusters = append(clusters, c)
-			}
-		}
-		for _, e := range res.Endpoints {
-			if slices.Contains(names, e.ClusterName) {
-				endpoints = append(endpoints, e)
-			}
-		}
-		h := policyHash{byType: map[string]string{}}
-		var all strings.Builder
-		for typ, msgs := range map[string][]validator{resourcev3.RouteType: vhosts, resourcev3.ClusterType: clusters, resourcev3.EndpointType: endpoints} {
-			v, err := hashOf(msgs)
-			if err != nil {
-				return nil, err
-			}
-			h.byType[typ] = v
-		}
-		for _, typ := range policyTypes {
-			all.WriteString(h.byType[typ])
-		}
-		sum := sha256.Sum256([]byte(all.String()))
-		h.version = hex.EncodeToString(sum[:])[:16]
-		out[key] = h
-	}
-	return out, nil
 }
 
 // remember records which policy resources the new type versions hold.

@@ -24,6 +24,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"maps"
 	"strings"
 	"time"
 
@@ -89,6 +91,9 @@ type Resources struct {
 	Routes    []*routev3.RouteConfiguration
 	Clusters  []*clusterv3.Cluster
 	Endpoints []*endpointv3.ClusterLoadAssignment
+
+	versions map[string]string     // by type URL, see TypeVersions
+	policies map[string]policyHash // each plan's own resources, by plan name
 }
 
 // Translate renders the plans into Envoy resources: one listener, one route
@@ -96,11 +101,17 @@ type Resources struct {
 // (with their endpoints) per plan (plan.ClusterName, plan.BypassClusterName).
 // Every resource passes its proto validation.
 func Translate(plans []plan.RoutePlan, opts TranslateOptions) (*Resources, error) {
-	opts = opts.withDefaults()
-	plans, err := plan.PrepareSet(plans)
-	if err != nil {
-		return nil, err
-	}
+	return newTranslator(opts).translate(plans)
+}
+
+// shared holds the resources that do not depend on plans: the listener, and
+// the name of the route configuration its virtual hosts go into.
+type shared struct {
+	listener     *listenerv3.Listener
+	listenerHash string
+}
+
+func newShared(opts TranslateOptions) (*shared, error) {
 	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
 		StatPrefix: StatPrefix,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
@@ -116,26 +127,49 @@ func Translate(plans []plan.RoutePlan, opts TranslateOptions) (*Resources, error
 	if err != nil {
 		return nil, err
 	}
-	res := &Resources{
-		Listeners: []*listenerv3.Listener{{
-			Name:    ListenerName,
-			Address: socketAddress(opts.ListenerAddress, opts.ListenerPort),
-			FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
-				Name:       wellknown.HTTPConnectionManager,
-				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
-			}}}},
-		}},
-		Routes: []*routev3.RouteConfiguration{{Name: RouteConfigName}},
+	l := &listenerv3.Listener{
+		Name:    ListenerName,
+		Address: socketAddress(opts.ListenerAddress, opts.ListenerPort),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name:       wellknown.HTTPConnectionManager,
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
+		}}}},
 	}
-	for _, p := range plans {
-		res.Routes[0].VirtualHosts = append(res.Routes[0].VirtualHosts, virtualHost(p))
-		for _, name := range []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)} {
-			res.Clusters = append(res.Clusters, cluster(name, p.Budget))
-			res.Endpoints = append(res.Endpoints, loadAssignment(name, p.Endpoints))
+	if err := l.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("listener: %w", err)
+	}
+	h, err := hashOf([]validator{l})
+	if err != nil {
+		return nil, err
+	}
+	return &shared{listener: l, listenerHash: h}, nil
+}
+
+// assemble puts the shared resources and the plans' fragments (in plan order)
+// together. Type versions hash the fragments' hashes, so assembling costs no
+// encoding.
+func assemble(sh *shared, frags []*fragment) (*Resources, error) {
+	res := &Resources{
+		Listeners: []*listenerv3.Listener{sh.listener},
+		Routes:    []*routev3.RouteConfiguration{{Name: RouteConfigName, VirtualHosts: make([]*routev3.VirtualHost, 0, len(frags))}},
+		Clusters:  make([]*clusterv3.Cluster, 0, 2*len(frags)),
+		Endpoints: make([]*endpointv3.ClusterLoadAssignment, 0, 2*len(frags)),
+		policies:  make(map[string]policyHash, len(frags)),
+	}
+	hashes := map[string]hash.Hash{resourcev3.RouteType: sha256.New(), resourcev3.ClusterType: sha256.New(), resourcev3.EndpointType: sha256.New()}
+	fmt.Fprintf(hashes[resourcev3.RouteType], "%s\n", RouteConfigName)
+	for _, f := range frags {
+		res.Routes[0].VirtualHosts = append(res.Routes[0].VirtualHosts, f.vhost)
+		res.Clusters = append(res.Clusters, f.clusters...)
+		res.Endpoints = append(res.Endpoints, f.endpoints...)
+		res.policies[f.plan.Name] = f.hash
+		for typ, h := range hashes {
+			fmt.Fprintf(h, "%s\n", f.hash.byType[typ])
 		}
 	}
-	if err := res.Validate(); err != nil {
-		return nil, err
+	res.versions = map[string]string{resourcev3.ListenerType: sh.listenerHash}
+	for typ, h := range hashes {
+		res.versions[typ] = hex.EncodeToString(h.Sum(nil))[:16]
 	}
 	return res, nil
 }
@@ -331,45 +365,30 @@ func (r *Resources) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Version is a content hash of the resources: the first 16 hex digits of the
-// SHA-256 of their deterministic wire encoding, in order. Equal resources give
+// Version is a content hash of the whole configuration: equal resources give
 // equal versions across processes and restarts. Status shows it as the one
 // version of a whole configuration.
-func (r *Resources) Version() (string, error) {
-	var all []validator
-	_ = r.each(func(m validator) error { all = append(all, m); return nil })
-	return hashOf(all)
+func (r *Resources) Version() string {
+	h := sha256.New()
+	for _, typ := range allTypes {
+		fmt.Fprintf(h, "%s %s\n", typ, r.versions[typ])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // TypeVersions is the content hash of each resource type's resources, by type
 // URL. The snapshot carries them, so that a proxy receives a type only when
 // its own resources changed: a new delay is an RDS push, a new endpoint an EDS
 // push.
-func (r *Resources) TypeVersions() (map[string]string, error) {
-	byType := map[string][]validator{}
-	for _, l := range r.Listeners {
-		byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], l)
-	}
-	for _, rc := range r.Routes {
-		byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], rc)
-	}
-	for _, c := range r.Clusters {
-		byType[resourcev3.ClusterType] = append(byType[resourcev3.ClusterType], c)
-	}
-	for _, e := range r.Endpoints {
-		byType[resourcev3.EndpointType] = append(byType[resourcev3.EndpointType], e)
-	}
-	versions := map[string]string{}
-	for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
-		v, err := hashOf(byType[typ])
-		if err != nil {
-			return nil, err
-		}
-		versions[typ] = v
-	}
-	return versions, nil
+func (r *Resources) TypeVersions() map[string]string {
+	return maps.Clone(r.versions)
 }
 
+// allTypes are the resource types of a configuration, in push order.
+var allTypes = []string{resourcev3.ListenerType, resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.RouteType}
+
+// hashOf is the first 16 hex digits of the SHA-256 of the messages'
+// deterministic wire encoding, in order.
 func hashOf(msgs []validator) (string, error) {
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
