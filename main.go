@@ -163,19 +163,17 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if srv, ok := reconciler.Publishers[tailcutv1alpha1.PublishXDS].(*xds.Server); ok {
-		// Replicas that are not the leader serve the leader's decisions too.
-		if err := mgr.Add(&controllers.FollowerPublisher{
-			Reconciler: reconciler, Publisher: srv, Elected: mgr.Elected(),
-			WaitForCacheSync: mgr.GetCache().WaitForCacheSync, MarkSynced: srv.MarkSynced,
-		}); err != nil {
-			log.Error(err, "unable to add the follower publisher")
-			os.Exit(1)
-		}
-	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)
+	}
+	if srv, ok := reconciler.Publishers[tailcutv1alpha1.PublishXDS].(*xds.Server); ok {
+		// Replicas that are not the leader serve the leader's decisions too.
+		follower := &controllers.FollowerPublisher{Reconciler: reconciler, Publisher: srv, Elected: mgr.Elected()}
+		if err := follower.SetupWithManager(mgr); err != nil {
+			log.Error(err, "unable to set up the follower publisher")
+			os.Exit(1)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "unable to set up the health check")

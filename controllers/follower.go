@@ -18,12 +18,16 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -33,108 +37,69 @@ import (
 // FollowerPublisher keeps the xDS server of a replica that is not the leader in
 // step with the leader's decisions, so every replica serves the same routes.
 //
-// Only the leader evaluates policies and writes status. A follower rebuilds each
-// XDS policy's plan from its spec, its target's endpoints and the delay the
-// leader wrote to status.effectiveDelay, and publishes it to its own server; the
-// content-hash version keeps unchanged plans from being pushed again. Once this
-// replica is elected it stops, and the reconciler publishes instead.
+// Only the leader evaluates policies and writes status. A follower rebuilds a
+// policy's plan from its spec, its target's endpoints and the delay the leader
+// wrote to status.effectiveDelay, and publishes it to its own server. It is a
+// controller of its own that runs on every replica: a policy (status
+// included), Service or EndpointSlice event rebuilds the policies it concerns,
+// and nothing else does. Once this replica is elected it stands down, and the
+// reconciler publishes instead. The server's first snapshot waits for a first
+// reconcile of every policy (xds.Server.InitialSync runs on every replica).
 type FollowerPublisher struct {
-	// Reconciler builds plans; its Client should read from the manager's cache.
+	// Reconciler resolves targets, conflicts and endpoints; its Client should
+	// read from the manager's cache.
 	Reconciler *HedgePolicyReconciler
 	Publisher  publish.Publisher
 	// Elected is closed when this replica becomes the leader (manager.Elected()).
 	Elected <-chan struct{}
-	// WaitForCacheSync blocks until the informers have synced.
-	WaitForCacheSync func(context.Context) bool
-	// MarkSynced is called once, after the first full pass, with the keys
-	// published, so the server never serves a snapshot built from a cold cache.
-	// A policy that failed in that pass does not hold it back: the others must
-	// be served, and the failure is logged and retried at every pass.
-	MarkSynced func(...types.NamespacedName)
-	// Interval between passes; default 2s.
-	Interval time.Duration
 }
 
-// NeedLeaderElection is false: followers are exactly the replicas it is for.
-func (f *FollowerPublisher) NeedLeaderElection() bool { return false }
-
-// Start runs passes until the replica is elected or ctx ends.
-func (f *FollowerPublisher) Start(ctx context.Context) error {
-	if !f.WaitForCacheSync(ctx) {
-		return errors.New("follower publisher: caches did not sync")
+// Reconcile publishes the policy's plan from its status, or withdraws it.
+func (f *FollowerPublisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select {
+	case <-f.Elected:
+		return ctrl.Result{}, nil
+	default:
 	}
-	interval := f.Interval
-	if interval <= 0 {
-		interval = 2 * time.Second
+	if w, ok := f.Publisher.(publish.SyncWaiter); ok {
+		// Whatever the outcome: one policy that cannot be published must not
+		// keep the others from being served.
+		defer w.Reconciled(req.NamespacedName)
 	}
-	published := map[types.NamespacedName]bool{}
-	marked := false
-	for {
-		select {
-		case <-f.Elected:
-			return nil
-		default:
+	var policy tailcutv1alpha1.HedgePolicy
+	if err := f.Reconciler.Get(ctx, req.NamespacedName, &policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
 		}
-		keys, listed, err := f.pass(ctx, published)
-		if err != nil {
-			logf.FromContext(ctx).Error(err, "follower publisher: some policies failed; retrying them at the next pass")
-		}
-		// Never mark without the full list: an empty first snapshot would
-		// wipe every proxy's routes.
-		if !marked && listed && ctx.Err() == nil {
-			f.MarkSynced(keys...)
-			marked = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-f.Elected:
-			return nil
-		case <-time.After(interval):
-		}
+		return ctrl.Result{}, err
 	}
+	if !policy.DeletionTimestamp.IsZero() || policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishXDS {
+		return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
+	}
+	p, ok, err := f.planFromStatus(ctx, &policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !ok {
+		return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
+	}
+	return ctrl.Result{}, f.Publisher.Publish(ctx, &policy, p)
 }
 
-// pass publishes every XDS policy's plan and removes what is gone. listed is
-// false when the policies could not be listed at all.
-func (f *FollowerPublisher) pass(ctx context.Context, published map[types.NamespacedName]bool) (keys []types.NamespacedName, listed bool, err error) {
-	var list tailcutv1alpha1.HedgePolicyList
-	if err := f.Reconciler.List(ctx, &list); err != nil {
-		return nil, false, err
+// SetupWithManager runs the follower on every replica.
+func (f *FollowerPublisher) SetupWithManager(mgr ctrl.Manager) error {
+	r := f.Reconciler
+	if err := indexTargets(mgr); err != nil {
+		return err
 	}
-	var errs []error
-	seen := map[types.NamespacedName]bool{}
-	for i := range list.Items {
-		policy := &list.Items[i]
-		if !policy.DeletionTimestamp.IsZero() || policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishXDS {
-			continue
-		}
-		key := client.ObjectKeyFromObject(policy)
-		p, ok, err := f.planFromStatus(ctx, policy)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if err := f.Publisher.Publish(ctx, policy, p); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		seen[key], published[key] = true, true
-		keys = append(keys, key)
-	}
-	for key := range published {
-		if !seen[key] {
-			if err := f.Publisher.Remove(ctx, key); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(published, key)
-		}
-	}
-	return keys, true, errors.Join(errs...)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&tailcutv1alpha1.HedgePolicy{}).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
+		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice)).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 4}).
+		Named("hedgepolicy-follower").
+		Complete(f)
 }
 
 // planFromStatus builds the plan the leader published: ok is false when the
@@ -152,8 +117,10 @@ func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv
 	if err != nil {
 		return plan.RoutePlan{}, false, err
 	}
+	// The leader's delay, unless it could not evaluate the policy (an
+	// invalid query): then its route stays, unhedged.
 	var delay time.Duration
-	if d := policy.Status.EffectiveDelay; d != nil {
+	if d := policy.Status.EffectiveDelay; d != nil && !meta.IsStatusConditionFalse(policy.Status.Conditions, tailcutv1alpha1.ConditionAccepted) {
 		delay = d.Duration
 	}
 	p, err := plan.Build(planInput(policy, delay, endpoints))

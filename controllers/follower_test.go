@@ -19,22 +19,57 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/xds"
+	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
-// TestFollowerPublishesTheLeadersDelay runs a follower beside the suite's
-// reconciler (the leader): the follower's own publisher must end up with the
-// delay the leader wrote to status, and drop the policy once it is deleted.
+// startFollower runs a follower in a manager of its own, as a replica that is
+// not the leader would, beside the suite's reconciler (the leader).
+func startFollower(t *testing.T, pub publish.Publisher, elected <-chan struct{}) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 envtestutil.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Every test starts a controller named hedgepolicy-follower.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &FollowerPublisher{Reconciler: &HedgePolicyReconciler{Client: mgr.GetClient()}, Publisher: pub, Elected: elected}
+	if err := f.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("follower manager: %v", err)
+		}
+	})
+}
+
+// TestFollowerPublishesTheLeadersDelay: the follower's own publisher must end
+// up with the delay the leader wrote to status, drop the policy once it is
+// deleted, and stand down once this replica is elected.
 func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
@@ -43,26 +78,8 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 	p := newPolicy(t, ns, "checkout", staticDelay(35*time.Millisecond))
 
 	follower := newRecordingPublisher()
-	var mu sync.Mutex
-	var marked [][]types.NamespacedName
 	elected := make(chan struct{})
-	f := &FollowerPublisher{
-		Reconciler:       &HedgePolicyReconciler{Client: k8s},
-		Publisher:        follower,
-		Elected:          elected,
-		WaitForCacheSync: func(context.Context) bool { return true },
-		MarkSynced: func(keys ...types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			marked = append(marked, keys)
-		},
-		Interval: 100 * time.Millisecond,
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Start(ctx) }()
-	t.Cleanup(cancel)
-
+	startFollower(t, follower, elected)
 	eventually(t, "follower plan with the leader's delay", func() error {
 		rp, ok := follower.plan(key)
 		if !ok || rp.Hedge == nil || rp.Hedge.Delay != 35*time.Millisecond || len(rp.Endpoints) != 1 {
@@ -70,11 +87,21 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 		}
 		return nil
 	})
-	mu.Lock()
-	if len(marked) != 1 {
-		t.Errorf("MarkSynced called %d times, want once", len(marked))
+	// An endpoint change reaches the follower's plan.
+	var es discoveryv1.EndpointSlice
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "checkout-1"}, &es); err != nil {
+		t.Fatal(err)
 	}
-	mu.Unlock()
+	es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.8"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	if err := k8s.Update(context.Background(), &es); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "follower plan with the new endpoint", func() error {
+		if rp, _ := follower.plan(key); len(rp.Endpoints) != 2 {
+			return fmt.Errorf("follower plan endpoints %+v", rp.Endpoints)
+		}
+		return nil
+	})
 
 	if err := k8s.Delete(context.Background(), p); err != nil {
 		t.Fatal(err)
@@ -85,29 +112,79 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 		}
 		return nil
 	})
+
 	close(elected)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Start returned %v on election", err)
+	later := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
+	eventually(t, "the leader publishes the new policy", func() error {
+		if _, ok := publisher.plan(client.ObjectKeyFromObject(later)); !ok {
+			return fmt.Errorf("not published by the leader")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the follower kept running after this replica was elected")
+		return nil
+	})
+	time.Sleep(time.Second)
+	if _, ok := follower.plan(client.ObjectKeyFromObject(later)); ok {
+		t.Error("the follower published a policy after this replica was elected")
 	}
 }
 
-// refusingPublisher fails to publish one policy, as a publisher does with a
-// plan it cannot serve.
-type refusingPublisher struct {
-	*recordingPublisher
+// TestFollowerWaitsForEvents is issue #12's defect 10 for followers: each
+// republished every policy every 2 s. A follower acts on events only: nothing
+// is published while nothing changes, and a new delay in status is published
+// at once.
+func TestFollowerWaitsForEvents(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
+	p := newPolicy(t, ns, "checkout", staticDelay(35*time.Millisecond))
+	key := client.ObjectKeyFromObject(p)
+	follower := newRecordingPublisher()
+	startFollower(t, follower, make(chan struct{}))
+	eventually(t, "follower plan with the leader's delay", func() error {
+		if rp, ok := follower.plan(key); !ok || rp.Hedge == nil || rp.Hedge.Delay != 35*time.Millisecond {
+			return fmt.Errorf("follower plan %+v (published %v)", rp, ok)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	n := follower.publishes(key)
+	time.Sleep(5 * time.Second)
+	if got := follower.publishes(key); got != n {
+		t.Errorf("with nothing changing, the follower published the policy %d more times in 5 s", got-n)
+	}
+
+	// The leader's next decision, as it writes it.
+	if err := k8s.Get(context.Background(), key, p); err != nil {
+		t.Fatal(err)
+	}
+	base := p.DeepCopy()
+	p.Status.EffectiveDelay = &metav1.Duration{Duration: 47 * time.Millisecond}
+	if err := k8s.Status().Patch(context.Background(), p, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, "the follower publishes the new delay", func() error {
+		if rp, _ := follower.plan(key); rp.Hedge == nil || rp.Hedge.Delay != 47*time.Millisecond {
+			return fmt.Errorf("follower plan %+v", rp.Hedge)
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the new delay reached the follower after %s", d)
+	}
+}
+
+// syncingPublisher refuses one policy and reports reconciles to an xDS server,
+// the way a publisher that cannot serve a plan does.
+type syncingPublisher struct {
+	*xds.Server
 	refuse types.NamespacedName
 }
 
-func (p refusingPublisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
+func (p syncingPublisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
 	if client.ObjectKeyFromObject(owner) == p.refuse {
 		return fmt.Errorf("refused")
 	}
-	return p.recordingPublisher.Publish(ctx, owner, rp)
+	return p.Server.Publish(ctx, owner, rp)
 }
 
 // TestFollowerSyncsDespiteABadPolicy is issue #12's defect 2: a follower marked
@@ -117,6 +194,7 @@ func TestFollowerSyncsDespiteABadPolicy(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
 	newService(t, ns, "cart", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.7": true})
 	good := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	bad := &tailcutv1alpha1.HedgePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
@@ -126,31 +204,16 @@ func TestFollowerSyncsDespiteABadPolicy(t *testing.T) {
 	if err := k8s.Create(context.Background(), bad); err != nil {
 		t.Fatal(err)
 	}
-	pub := refusingPublisher{recordingPublisher: newRecordingPublisher(), refuse: client.ObjectKeyFromObject(bad)}
-	var mu sync.Mutex
-	var marked []types.NamespacedName
-	synced := false
-	f := &FollowerPublisher{
-		Reconciler: &HedgePolicyReconciler{Client: k8s}, Publisher: pub, Elected: make(chan struct{}),
-		WaitForCacheSync: func(context.Context) bool { return true },
-		MarkSynced: func(keys ...types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			marked, synced = keys, true
-		},
-		Interval: 100 * time.Millisecond,
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = f.Start(ctx) }()
-	eventually(t, "the follower marks itself synced", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if !synced {
-			return fmt.Errorf("not synced: one refused policy holds the follower back")
+	srv := xds.NewServer(xds.ServerOptions{Address: "127.0.0.1:0"})
+	// What InitialSync does on a replica: wait for both.
+	srv.MarkSynced(client.ObjectKeyFromObject(good), client.ObjectKeyFromObject(bad))
+	startFollower(t, syncingPublisher{Server: srv, refuse: client.ObjectKeyFromObject(bad)}, make(chan struct{}))
+	eventually(t, "the follower's server serves", func() error {
+		if srv.Version() == "" {
+			return fmt.Errorf("not serving: one refused policy holds the follower back")
 		}
-		if !slices.Contains(marked, client.ObjectKeyFromObject(good)) {
-			return fmt.Errorf("synced with %v, without the good policy", marked)
+		if srv.Status(client.ObjectKeyFromObject(good)).Version == "" {
+			return fmt.Errorf("serving without the good policy")
 		}
 		return nil
 	})

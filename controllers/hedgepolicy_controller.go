@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,8 +178,8 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 
 	var publishErr error
 	pub := r.Publishers[target]
-	switch {
-	case pub == nil:
+	switch pub {
+	case nil:
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
 	default:
 		if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
@@ -480,8 +481,7 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Estimator == nil {
 		r.Estimator = estimate.StaticOnly{}
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tailcutv1alpha1.HedgePolicy{}, targetNameIndex,
-		func(o client.Object) []string { return []string{o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name} }); err != nil {
+	if err := indexTargets(mgr); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -489,7 +489,9 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
 		// A policy that appears, changes target or goes can settle a conflict
 		// of the others on its Service.
-		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy)).
+		// Not on status writes: the reconciler's own would wake it again.
+		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
 	for _, ch := range r.Notifications {
 		b = b.WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{}))
@@ -499,6 +501,21 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = 8
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).Named("hedgepolicy").Complete(r)
+}
+
+// indexed holds the field indexers policies are indexed by target in: the
+// reconciler and the follower both need the index, and a second IndexField
+// on one cache fails.
+var indexed sync.Map
+
+// indexTargets indexes the manager's HedgePolicies by target Service name.
+func indexTargets(mgr ctrl.Manager) error {
+	fi := mgr.GetFieldIndexer()
+	if _, done := indexed.LoadOrStore(fi, true); done {
+		return nil
+	}
+	return fi.IndexField(context.Background(), &tailcutv1alpha1.HedgePolicy{}, targetNameIndex,
+		func(o client.Object) []string { return []string{o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name} })
 }
 
 func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {

@@ -166,6 +166,7 @@ func (e suiteEstimator) Estimate(ctx context.Context, p *tailcutv1alpha1.HedgePo
 type recordingPublisher struct {
 	mu        sync.Mutex
 	published map[types.NamespacedName]plan.RoutePlan
+	calls     map[types.NamespacedName]int // Publish calls
 	removed   map[types.NamespacedName]int
 	status    map[types.NamespacedName]publish.ProgramStatus
 }
@@ -173,6 +174,7 @@ type recordingPublisher struct {
 func newRecordingPublisher() *recordingPublisher {
 	return &recordingPublisher{
 		published: map[types.NamespacedName]plan.RoutePlan{},
+		calls:     map[types.NamespacedName]int{},
 		removed:   map[types.NamespacedName]int{},
 		status:    map[types.NamespacedName]publish.ProgramStatus{},
 	}
@@ -182,7 +184,14 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.published[client.ObjectKeyFromObject(owner)] = rp
+	p.calls[client.ObjectKeyFromObject(owner)]++
 	return nil
+}
+
+func (p *recordingPublisher) publishes(key types.NamespacedName) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[key]
 }
 
 func (p *recordingPublisher) Remove(_ context.Context, key types.NamespacedName) error {

@@ -31,8 +31,8 @@ import (
 // lists the HedgePolicies that publish via XDS and calls MarkSynced with their
 // keys, so the first snapshot holds every policy that existed at start-up.
 //
-// It runs on the elected leader only, like the reconciler whose Publish calls
-// it waits for.
+// It runs on every replica: the leader's reconciler and, on the others, the
+// follower publisher report the reconciles it waits for.
 func (s *Server) InitialSync(mgr manager.Manager) manager.Runnable {
 	return &initialSync{s: s, mgr: mgr}
 }
@@ -42,7 +42,7 @@ type initialSync struct {
 	mgr manager.Manager
 }
 
-func (i *initialSync) NeedLeaderElection() bool { return true }
+func (i *initialSync) NeedLeaderElection() bool { return false }
 
 func (i *initialSync) Start(ctx context.Context) error {
 	if !i.mgr.GetCache().WaitForCacheSync(ctx) {
