@@ -24,6 +24,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
 )
 
 // streamState is one proxy's ADS stream.
@@ -32,6 +33,13 @@ type streamState struct {
 	sent   map[string]sentResponse // by type URL: the last response sent
 	acked  map[string]string       // by type URL: the last version ACKed
 	nacked map[string]rejection    // by type URL: the last NACK, until an ACK
+	// claimed is the version a proxy named in its first request of a type,
+	// before any response: what a proxy that reconnects (to a restarted
+	// operator, say) runs. When that version is current the cache sends
+	// nothing, so there is no response to ACK; the claim counts as an ACK
+	// once this server knows the version, which may be only after its first
+	// publish.
+	claimed map[string]string
 }
 
 type sentResponse struct{ nonce, version string }
@@ -44,7 +52,7 @@ type callbacks struct{ s *Server }
 
 func (c callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
 	c.s.mu.Lock()
-	c.s.streams[id] = &streamState{sent: map[string]sentResponse{}, acked: map[string]string{}, nacked: map[string]rejection{}}
+	c.s.streams[id] = &streamState{sent: map[string]sentResponse{}, acked: map[string]string{}, nacked: map[string]rejection{}, claimed: map[string]string{}}
 	c.s.mu.Unlock()
 	connectedProxies.Inc()
 	c.s.notify()
@@ -79,8 +87,15 @@ func (c callbacks) OnStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) 
 	}
 	typ := req.GetTypeUrl()
 	last, ok := st.sent[typ]
-	if !ok || req.GetResponseNonce() != last.nonce {
-		return nil // a first request, or one answering an older response
+	if !ok {
+		if v := req.GetVersionInfo(); v != "" && req.GetErrorDetail() == nil {
+			st.claimed[typ] = v
+			s.acceptClaims()
+		}
+		return nil
+	}
+	if req.GetResponseNonce() != last.nonce {
+		return nil // answering an older response
 	}
 	if detail := req.GetErrorDetail(); detail != nil {
 		st.nacked[typ] = rejection{version: last.version, detail: detail.GetMessage()}
@@ -103,11 +118,48 @@ func (c callbacks) OnStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) 
 }
 
 func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+	pushedBytesTotal.WithLabelValues(shortType(resp.GetTypeUrl())).Add(float64(proto.Size(resp)))
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	if st := c.s.streams[id]; st != nil {
 		st.sent[resp.GetTypeUrl()] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
 	}
+}
+
+// acceptClaims turns claims of known versions into ACKs, for streams that
+// have had no response of the type since. Callers hold mu.
+func (s *Server) acceptClaims() {
+	changed := false
+	for _, st := range s.streams {
+		for typ, v := range st.claimed {
+			if _, answered := st.sent[typ]; answered {
+				delete(st.claimed, typ)
+				continue
+			}
+			if s.knows(typ, v) && st.acked[typ] != v {
+				st.acked[typ] = v
+				delete(st.claimed, typ)
+				changed = true
+			}
+		}
+	}
+	if changed {
+		s.notify()
+	}
+}
+
+// knows says whether version is the current or a remembered version of the
+// type. Callers hold mu.
+func (s *Server) knows(typ, version string) bool {
+	if s.versions[typ] == version {
+		return true
+	}
+	for _, tv := range s.history[typ] {
+		if tv.version == version {
+			return true
+		}
+	}
+	return false
 }
 
 // Delta xDS is refused: ACK tracking reads SotW requests only, and the

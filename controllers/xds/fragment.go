@@ -119,3 +119,17 @@ func (t *translator) translate(plans []plan.RoutePlan) (*Resources, error) {
 	t.fragments = fresh
 	return assemble(t.shared, frags)
 }
+
+// pure says whether the last set, and the next, are plain translations of
+// their plans: the same plan set then gives the same resources.
+func (t *translator) pure() bool {
+	if t.mutateVirtualHost != nil {
+		return false
+	}
+	for _, f := range t.fragments {
+		if f.mutated {
+			return false
+		}
+	}
+	return true
+}

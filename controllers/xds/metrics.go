@@ -35,6 +35,10 @@ var (
 		Name: "tailcut_xds_nacks_total",
 		Help: "xDS responses a proxy rejected, by resource type (LDS, RDS, CDS, EDS).",
 	}, []string{"type"})
+	pushedBytesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tailcut_xds_pushed_bytes_total",
+		Help: "Bytes of xDS responses sent to proxies, by resource type (LDS, RDS, CDS, EDS). A type is sent whole (state of the world) when any of its resources changes.",
+	}, []string{"type"})
 	translationsTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tailcut_xds_translations_total",
 		Help: "Policies translated into Envoy resources. A policy is translated again only when its plan changes.",
@@ -46,7 +50,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(pushesTotal, nacksTotal, translationsTotal, connectedProxies)
+	metrics.Registry.MustRegister(pushesTotal, nacksTotal, pushedBytesTotal, translationsTotal, connectedProxies)
 }
 
 // shortType names a type URL the way Envoy's docs do.

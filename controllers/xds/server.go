@@ -131,9 +131,15 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	opts.Translate = opts.Translate.withDefaults()
 	return &Server{
-		opts:       opts,
-		log:        opts.Logger,
-		cache:      cachev3.NewSnapshotCache(true, groupHash{}, logAdapter{opts.Logger}),
+		opts: opts,
+		log:  opts.Logger,
+		// Not in "ADS mode": that mode answers a request only when it names
+		// every resource of the type, so while policies are being added an
+		// EDS request (naming the clusters of the proxy's last CDS) waits
+		// until it catches up, and Envoy's clusters sat warming for its 15s
+		// EDS timeout with 100 policies applied at once. A request naming a
+		// subset gets that subset.
+		cache:      cachev3.NewSnapshotCache(false, groupHash{}, logAdapter{opts.Logger}),
 		pending:    map[k8stypes.NamespacedName]bool{},
 		seen:       map[k8stypes.NamespacedName]bool{},
 		plans:      map[k8stypes.NamespacedName]plan.RoutePlan{},

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -107,6 +108,15 @@ func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy
 	key := planKey(owner, p)
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	// Most reconciles change nothing (a sample that left the delay where it
+	// was, a status write); assembling and hashing every policy's resources
+	// for them made a reconcile O(N), and 0.43 cores busy at rest with 1,000
+	// policies. s.plans holds only what was applied, so a plan whose push
+	// failed is applied again.
+	if s.translator.pure() && s.holds(key, p) {
+		s.seenLocked(key)
+		return nil
+	}
 	next := s.planSet()
 	next[key] = p.DeepCopy()
 	if err := s.applyLocked(ctx, next); err != nil {
@@ -129,6 +139,14 @@ func (s *Server) Remove(ctx context.Context, key k8stypes.NamespacedName) error 
 	}
 	s.seenLocked(key)
 	return nil
+}
+
+// holds says whether p is already the applied plan of its policy.
+func (s *Server) holds(key k8stypes.NamespacedName, p plan.RoutePlan) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.plans[key]
+	return ok && reflect.DeepEqual(cur, p)
 }
 
 func (s *Server) planSet() map[k8stypes.NamespacedName]plan.RoutePlan {
@@ -201,6 +219,7 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	s.versions = versions
 	s.policies = hashes
 	s.remember(versions, hashes)
+	s.acceptClaims()
 	s.mu.Unlock()
 	pushesTotal.Inc()
 	s.log.Info("published xDS snapshot", "version", version, "policies", len(next))

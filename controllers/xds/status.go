@@ -36,6 +36,22 @@ import (
 func (s *Server) Status(key k8stypes.NamespacedName) publish.ProgramStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.statusLocked(key)
+}
+
+// Statuses is the Status of every policy this server holds: what this
+// replica reports for the leader to count (package replicas).
+func (s *Server) Statuses() map[k8stypes.NamespacedName]publish.ProgramStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[k8stypes.NamespacedName]publish.ProgramStatus, len(s.plans))
+	for key := range s.plans {
+		out[key] = s.statusLocked(key)
+	}
+	return out
+}
+
+func (s *Server) statusLocked(key k8stypes.NamespacedName) publish.ProgramStatus {
 	ps := publish.ProgramStatus{Connected: int32(len(s.streams))}
 	cur, ok := s.policies[key]
 	if _, planned := s.plans[key]; !ok || !planned || s.version == "" {
