@@ -27,20 +27,27 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers"
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/replicas"
 	"github.com/tailcut/tailcut/controllers/xds"
 )
 
@@ -68,6 +75,9 @@ func main() {
 		listenerPort           int
 		hostsFile              string
 		promTimeout            time.Duration
+		kubeQPS                float64
+		kubeBurst              int
+		replicaName, replicaNS string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to. Use 0 to disable it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
@@ -79,14 +89,33 @@ func main() {
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
+	flag.Float64Var(&kubeQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (status writes, mostly: about two per policy when they all start).")
+	flag.IntVar(&kubeBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server above --kube-api-qps.")
+	flag.StringVar(&replicaName, "replica-name", os.Getenv("POD_NAME"), "This replica's name, unique among replicas (default: $POD_NAME, else the host name).")
+	flag.StringVar(&replicaNS, "replica-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the replicas' proxy reports, so that status counts the proxies of every replica (default: $POD_NAMESPACE). Empty: only the leader's proxies are counted.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	if replicaName == "" {
+		replicaName, _ = os.Hostname()
+	}
+	var cacheOpts cache.Options
+	if replicaNS != "" {
+		// Only the replicas' reports: the operator reads no other ConfigMap.
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{replicaNS: {}},
+			Label:      replicas.ReportSelector(),
+		}}
+	}
+
+	restConfig := ctrl.GetConfigOrDie()
+	restConfig.QPS, restConfig.Burst = float32(kubeQPS), kubeBurst
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme: scheme,
+		Cache:  cacheOpts,
 		Metrics: metricsserver.Options{
 			BindAddress: metricsAddr,
 			// Plain HTTP for in-cluster Prometheus scraping; disable HTTP/2 (CVE-2023-44487).
@@ -138,8 +167,9 @@ func main() {
 		Estimator:     estimator,
 		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
 	}
+	var srv *xds.Server
 	if xdsAddr != "" {
-		srv := xds.NewServer(xds.ServerOptions{
+		srv = xds.NewServer(xds.ServerOptions{
 			Address:   xdsAddr,
 			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort)},
 			Logger:    ctrl.Log.WithName("xds"),
@@ -163,11 +193,30 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if srv != nil && replicaNS != "" {
+		// Status counts the proxies of every replica: each reports its own,
+		// the leader adds them up.
+		ttl := 90 * time.Second
+		reconciler.Publishers[tailcutv1alpha1.PublishXDS] = &replicas.Counting{
+			Publisher: srv, Reader: mgr.GetCache(), Namespace: replicaNS, Replica: replicaName, TTL: ttl, Log: ctrl.Log.WithName("replicas"),
+		}
+		watcher := &replicas.Watcher{Informers: mgr.GetCache(), Client: mgr.GetClient(), Namespace: replicaNS, Replica: replicaName, TTL: ttl, Log: ctrl.Log.WithName("replicas")}
+		reconciler.Notifications = append(reconciler.Notifications, watcher.Events())
+		reporter := &replicas.Reporter{Client: mgr.GetClient(), Namespace: replicaNS, Replica: replicaName, Source: srv, Owner: podOwner(replicaName), Log: ctrl.Log.WithName("replicas")}
+		for _, r := range []manager.Runnable{watcher, reporter} {
+			if err := mgr.Add(r); err != nil {
+				log.Error(err, "unable to add the replicas' proxy reports")
+				os.Exit(1)
+			}
+		}
+	} else if srv != nil {
+		log.Info("proxies connected to other replicas are not counted in status: set --replica-namespace (or POD_NAMESPACE) when running more than one replica")
+	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)
 	}
-	if srv, ok := reconciler.Publishers[tailcutv1alpha1.PublishXDS].(*xds.Server); ok {
+	if srv != nil {
 		// Replicas that are not the leader serve the leader's decisions too.
 		follower := &controllers.FollowerPublisher{Reconciler: reconciler, Publisher: srv, Elected: mgr.Elected()}
 		if err := follower.SetupWithManager(mgr); err != nil {
@@ -189,4 +238,14 @@ func main() {
 		log.Error(err, "the manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// podOwner is this replica's Pod as the owner of its proxy report, when the
+// Pod's UID is known (the chart sets POD_UID): the report goes with the Pod.
+func podOwner(name string) *metav1.OwnerReference {
+	uid := os.Getenv("POD_UID")
+	if uid == "" || os.Getenv("POD_NAME") != name {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: k8stypes.UID(uid)}
 }

@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,7 +39,15 @@ import (
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/replicas"
 	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// The operator's namespace in these tests, where replicas report their
+// proxies, and how long a report counts without renewal.
+const (
+	reportNamespace = "tailcut-system"
+	reportTTL       = 3 * time.Second
 )
 
 var (
@@ -99,12 +109,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The leader counts the proxies of other replicas from their reports,
+	// as main.go wires it; a short TTL lets a test see a report expire.
+	watcher := &replicas.Watcher{Informers: mgr.GetCache(), Client: mgr.GetClient(), Namespace: reportNamespace, Replica: "leader", TTL: reportTTL, Log: ctrl.Log.WithName("replicas")}
+	if err := mgr.Add(watcher); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	counting := &replicas.Counting{Publisher: publisher, Reader: mgr.GetCache(), Namespace: reportNamespace, Replica: "leader", TTL: reportTTL, Log: ctrl.Log.WithName("replicas")}
 	r := &HedgePolicyReconciler{
 		Client:        mgr.GetClient(),
 		Recorder:      mgr.GetEventRecorder("tailcut"),
-		Notifications: []<-chan event.GenericEvent{sampled},
+		Notifications: []<-chan event.GenericEvent{sampled, watcher.Events()},
 		Estimator:     suiteEstimator{prom: prom},
-		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: publisher},
+		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: counting},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -124,6 +142,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	k8s = mgr.GetClient()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: reportNamespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 
