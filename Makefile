@@ -77,6 +77,8 @@ test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, 
 DURATION ?= 60s
 SCENARIO ?= bimodal
 RATE ?= 150
+SCALE_POLICIES ?= 1000
+SCALE_NAMESPACES ?= 100
 
 .PHONY: demo
 demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal RATE=150).
@@ -93,6 +95,10 @@ tool-versions: ## Print the pinned tool versions.
 .PHONY: bench-tail
 bench-tail: ## Benchmark: every scenario with the automatic delay and a static-delay sweep; writes docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/bench -rate=$(RATE)
+
+.PHONY: bench-scale
+bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and Envoy; writes its section of docs/benchmarks.md.
+	@$(TOOL_ENV); $(GO) run ./test/localstack/scalebench -policies=$(SCALE_POLICIES) -namespaces=$(SCALE_NAMESPACES)
 
 ##@ Build
 

@@ -99,10 +99,13 @@ func run() error {
 		rows = append(rows, rs...)
 	}
 	md, missed := markdown(rows, *rate, *duration, *sweepDur, *shiftDur, time.Since(start))
-	// A hand-written reading of the figures, if the file has one, is kept.
+	// A hand-written reading of the figures, and make bench-scale's section
+	// (at the end), are kept.
 	if old, err := os.ReadFile(*out); err == nil {
 		if i := strings.Index(string(old), readingHeading); i >= 0 {
 			md += "\n" + string(old[i:])
+		} else if sc := localstack.ScaleSection(string(old)); sc != "" {
+			md += "\n" + sc
 		}
 	}
 	if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
