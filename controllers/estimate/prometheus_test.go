@@ -442,6 +442,20 @@ func TestBudgetGuard(t *testing.T) {
 			t.Errorf("got %s, want 50.6ms (%s)", res.Delay, res.Reason)
 		}
 	})
+	t.Run("above the budget within its noise: up through the deadband", func(t *testing.T) {
+		// The fast target is within the 10% deadband above 17.5ms.
+		f := newFakeProm(t)
+		f.world(5000, F)
+		f.hedging(10000, 565) // 5.65%: above 5%, not significantly
+		policy := testPolicy(prior(17500*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
+		if res := estimate(t, f, policy); res.Delay != fastTarget || res.DerivedReason != tailcutv1alpha1.ReasonDerived {
+			t.Errorf("5.65%% hedged at 17.5ms: %s %s, want %s (%s)", res.Delay, res.DerivedReason, fastTarget, res.Reason)
+		}
+		f.hedging(10000, 450) // 4.5%: within the budget, the deadband holds
+		if res := estimate(t, f, policy); res.Delay != 17500*time.Microsecond {
+			t.Errorf("4.5%% hedged at 17.5ms: %s, want 17.5ms held (%s)", res.Delay, res.Reason)
+		}
+	})
 	t.Run("within the budget and its noise", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, F)
