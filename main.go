@@ -68,6 +68,7 @@ func main() {
 	}
 	var (
 		metricsAddr, probeAddr string
+		pprofAddr              string
 		leaderElect            bool
 		leaderElectionNS       string
 		xdsAddr, promURL       string
@@ -75,15 +76,18 @@ func main() {
 		listenerPort           int
 		hostsFile              string
 		promTimeout            time.Duration
+		pushDebounce           time.Duration
 		kubeQPS                float64
 		kubeBurst              int
 		replicaName, replicaNS string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to. Use 0 to disable it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address that serves Go's pprof profiles (/debug/pprof/), for diagnosis. Empty disables it.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles and writes status.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	flag.StringVar(&xdsAddr, "xds-address", xds.DefaultXDSAddress, "Address the xDS (ADS gRPC) server listens on. Empty disables the XDS publisher.")
+	flag.DurationVar(&pushDebounce, "xds-push-debounce", 100*time.Millisecond, "Batch xDS pushes: push once changes pause this long (at most 1s after the first). 0 pushes every change at once.")
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
@@ -122,6 +126,7 @@ func main() {
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 		},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "tailcut.tailcut.io",
 		LeaderElectionNamespace: leaderElectionNS,
@@ -173,6 +178,8 @@ func main() {
 			Address:   xdsAddr,
 			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort)},
 			Logger:    ctrl.Log.WithName("xds"),
+			// A thousand policies applied at once are one push, not a thousand.
+			PushDebounce: pushDebounce,
 		})
 		if _, err := srv.Listen(); err != nil {
 			log.Error(err, "unable to listen for xDS", "address", xdsAddr)

@@ -66,6 +66,13 @@ type ServerOptions struct {
 	Translate TranslateOptions
 	// Logger defaults to controller-runtime's logger named "xds".
 	Logger logr.Logger
+	// PushDebounce, when set, batches pushes while Start runs: a snapshot
+	// goes to the proxies once changes pause for this long, or after
+	// maxPushDelay at the latest (Istio debounces 100ms). Every push sends a
+	// proxy every resource of a type (SotW), so 1,000 policies applied at
+	// once meant hundreds of pushes of up to 2,000 clusters each. Zero
+	// pushes from Publish itself.
+	PushDebounce time.Duration
 }
 
 // Server is tailcut's xDS server and its publish.Publisher. It keeps the
@@ -103,12 +110,17 @@ type Server struct {
 	policies map[k8stypes.NamespacedName]policyHash
 	history  map[string][]typeVersion
 	streams  map[int64]*streamState
+	// pushing is true while the push loop runs (PushDebounce); queued is
+	// the snapshot it sends next, nil when what is served is current.
+	pushing bool
+	queued  *preparedSnapshot
 
 	lisMu sync.Mutex
 	lis   net.Listener
 
 	events chan event.GenericEvent
 	dirty  chan struct{}
+	kick   chan struct{}
 
 	// translator keeps each policy's translation until its plan changes.
 	// Guarded by pubMu.
@@ -147,6 +159,7 @@ func NewServer(opts ServerOptions) *Server {
 		streams:    map[int64]*streamState{},
 		events:     make(chan event.GenericEvent, 256),
 		dirty:      make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
 	}
 }
 
@@ -187,6 +200,9 @@ func (s *Server) Start(ctx context.Context) error {
 	)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, s.cache, callbacks{s}))
 	go s.notifyLoop(ctx)
+	if s.opts.PushDebounce > 0 {
+		go s.pushLoop(ctx)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(s.lis) }()

@@ -196,35 +196,66 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 		return err
 	}
 
+	prepared := &preparedSnapshot{snap: snap, plans: next, version: version, versions: versions, hashes: hashes}
 	s.mu.Lock()
 	push := s.synced && version != s.version
-	if !push {
+	debounced := s.pushing
+	if !push || debounced {
 		s.plans = next
+	}
+	if debounced {
+		// The push loop sends the newest prepared snapshot once the changes
+		// pause; one that matches what is served cancels a queued one.
+		s.queued = nil
+		if push {
+			s.queued = prepared
+		}
 	}
 	s.mu.Unlock()
 	if !push {
 		return nil
 	}
+	if debounced {
+		s.kickPush()
+		return nil
+	}
+	return s.push(ctx, prepared)
+}
+
+// push hands a prepared snapshot to the cache. Only a snapshot the cache took
+// becomes the server's version: after a failure, the same plans are pushed
+// again.
+func (s *Server) push(ctx context.Context, p *preparedSnapshot) error {
 	// The cache answers open watches from this call; bound it in case a
-	// stream stops reading. Only a snapshot the cache took becomes the
-	// server's version: after a failure, the same plans are pushed again.
+	// stream stops reading.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.cache.SetSnapshot(ctx, nodeGroup, snap); err != nil {
+	if err := s.cache.SetSnapshot(ctx, nodeGroup, p.snap); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.plans = next
-	s.version = version
-	s.versions = versions
-	s.policies = hashes
-	s.remember(versions, hashes)
+	if !s.pushing {
+		s.plans = p.plans
+	}
+	s.version = p.version
+	s.versions = p.versions
+	s.policies = p.hashes
+	s.remember(p.versions, p.hashes)
 	s.acceptClaims()
 	s.mu.Unlock()
 	pushesTotal.Inc()
-	s.log.Info("published xDS snapshot", "version", version, "policies", len(next))
+	s.log.Info("published xDS snapshot", "version", p.version, "policies", len(p.plans))
 	s.notify()
 	return nil
+}
+
+// preparedSnapshot is a translated plan set, ready to push.
+type preparedSnapshot struct {
+	snap     *cachev3.Snapshot
+	plans    map[k8stypes.NamespacedName]plan.RoutePlan
+	version  string
+	versions map[string]string
+	hashes   map[k8stypes.NamespacedName]policyHash
 }
 
 func toResources[M types.Resource](in []M) []types.Resource {
