@@ -120,7 +120,7 @@ func run(m *testing.M) int {
 	r := &HedgePolicyReconciler{
 		Client:        mgr.GetClient(),
 		Recorder:      mgr.GetEventRecorder("tailcut"),
-		Notifications: []<-chan event.GenericEvent{sampled, watcher.Events()},
+		Notifications: []<-chan event.GenericEvent{sampled, watcher.Events(), publisher.events},
 		Estimator:     suiteEstimator{prom: prom},
 		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: counting},
 	}
@@ -191,6 +191,8 @@ type recordingPublisher struct {
 	calls     map[types.NamespacedName]int // Publish calls
 	removed   map[types.NamespacedName]int
 	status    map[types.NamespacedName]publish.ProgramStatus
+	// events wakes the reconciler, as the xDS server does on an ACK.
+	events chan event.GenericEvent
 }
 
 func newRecordingPublisher() *recordingPublisher {
@@ -199,7 +201,13 @@ func newRecordingPublisher() *recordingPublisher {
 		calls:     map[types.NamespacedName]int{},
 		removed:   map[types.NamespacedName]int{},
 		status:    map[types.NamespacedName]publish.ProgramStatus{},
+		events:    make(chan event.GenericEvent, 16),
 	}
+}
+
+// notify wakes the reconciler for the policy, as a proxy's ACK would.
+func (p *recordingPublisher) notify(key types.NamespacedName) {
+	p.events <- event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
 }
 
 func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {

@@ -60,7 +60,9 @@ type ScaleOptions struct {
 	Namespaces int    // spread over this many namespaces
 	Changes    int    // delay changes and endpoint changes measured, each
 	Rest       time.Duration
-	Log        func(format string, args ...any)
+	// PprofAddress, when set, is where the operator serves pprof profiles.
+	PprofAddress string
+	Log          func(format string, args ...any)
 }
 
 // ScaleResult is what a scale run measured.
@@ -70,6 +72,12 @@ type ScaleResult struct {
 	// from the first create until every policy was Programmed with Envoy's
 	// ACK.
 	Created, Programmed time.Duration
+	// ApplyWrites is the API requests that write (POST, PUT, PATCH) the
+	// operator sent from the first create until every policy was
+	// Programmed; ApplyOperatorCPU and ApplyEnvoyCPU the CPU seconds the
+	// operator and Envoy used meanwhile.
+	ApplyWrites                     float64
+	ApplyOperatorCPU, ApplyEnvoyCPU float64
 	// DelayPush is, for each delay change, the time from the spec update to
 	// Envoy's RDS update; RDSBytes the RDS bytes pushed per change.
 	DelayPush []time.Duration
@@ -278,7 +286,7 @@ func (s *scaleStack) startOperator(ctx context.Context) error {
 	p, err := startProc("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener))
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {
 		return err
 	}
@@ -320,6 +328,10 @@ func (s *scaleStack) policy(i int) *tailcutv1alpha1.HedgePolicy {
 }
 
 func (s *scaleStack) apply(ctx context.Context, res *ScaleResult) error {
+	writes, opCPU, envoyCPU, err := s.costs()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := parallel(s.opts.Policies, func(i int) error { return s.c.Create(ctx, s.policy(i)) }); err != nil {
 		return err
@@ -329,13 +341,18 @@ func (s *scaleStack) apply(ctx context.Context, res *ScaleResult) error {
 		return err
 	}
 	res.Programmed = time.Since(start)
+	w, o, e, err := s.costs()
+	if err != nil {
+		return err
+	}
+	res.ApplyWrites, res.ApplyOperatorCPU, res.ApplyEnvoyCPU = w-writes, o-opCPU, e-envoyCPU
 	s.logf("created %d policies in %s, all Programmed after %s", s.opts.Policies, res.Created.Round(time.Millisecond), res.Programmed.Round(time.Millisecond))
 	return nil
 }
 
 // waitProgrammed waits until every policy is Programmed, with Envoy's ACK.
 func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	deadline, lastLog := time.Now().Add(timeout), time.Now()
 	for {
 		var list tailcutv1alpha1.HedgePolicyList
 		if err := s.c.List(ctx, &list); err != nil {
@@ -349,6 +366,11 @@ func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) 
 		}
 		if done == s.opts.Policies {
 			return nil
+		}
+		if time.Since(lastLog) >= 5*time.Second {
+			clusters, _ := s.envoyStat(`^cluster_manager\.active_clusters$`)
+			s.logf("%d of %d policies Programmed; Envoy has %.0f clusters", done, s.opts.Policies, clusters)
+			lastLog = time.Now()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d policies Programmed after %s", done, s.opts.Policies, timeout)
@@ -479,7 +501,7 @@ func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
 	p, err := startProc("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener))
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {
 		return err
 	}
@@ -564,6 +586,47 @@ func (s *scaleStack) operatorMetric(name, labels string) (float64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// costs is what the operator and Envoy spent so far: the operator's API
+// writes, and both processes' CPU seconds.
+func (s *scaleStack) costs() (writes, operatorCPU, envoyCPU float64, err error) {
+	for _, method := range []string{"POST", "PUT", "PATCH"} {
+		n, err := s.operatorMetricSum("rest_client_requests_total", `method="`+method+`"`)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		writes += n
+	}
+	if operatorCPU, err = cpuSeconds(s.operator.cmd.Process.Pid); err != nil {
+		return 0, 0, 0, err
+	}
+	envoyCPU, err = cpuSeconds(s.envoy.cmd.Process.Pid)
+	return writes, operatorCPU, envoyCPU, err
+}
+
+// operatorMetricSum sums every series of a metric whose labels contain labels.
+func (s *scaleStack) operatorMetricSum(name, labels string) (float64, error) {
+	resp, err := http.Get("http://" + addr(s.ports.metrics) + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var sum float64
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+	}
+	return sum, sc.Err()
 }
 
 func urlQueryEscape(s string) string {
@@ -685,6 +748,7 @@ func (r *ScaleResult) Rows() [][2]string {
 		{"policies (Services, EndpointSlices) / namespaces", fmt.Sprintf("%d / %d", r.Policies, r.Namespaces)},
 		{"creating every policy", ms(r.Created)},
 		{"from the first create to every policy Programmed (Envoy ACK)", ms(r.Programmed)},
+		{"meanwhile: the operator's API writes / its CPU / Envoy's CPU", fmt.Sprintf("%.0f / %.1f s / %.1f s", r.ApplyWrites, r.ApplyOperatorCPU, r.ApplyEnvoyCPU)},
 		{fmt.Sprintf("delay change to Envoy's routes, p50 / p99 (%d changes)", len(r.DelayPush)), ms(Percentile(r.DelayPush, 0.5)) + " / " + ms(Percentile(r.DelayPush, 0.99))},
 		{"RDS bytes pushed per delay change (one proxy)", fmt.Sprintf("%.0f", r.RDSBytes)},
 		{fmt.Sprintf("endpoint change to Envoy, Prometheus hung, p50 / p99 (%d changes)", len(r.EndpointPush)), ms(Percentile(r.EndpointPush, 0.5)) + " / " + ms(Percentile(r.EndpointPush, 0.99))},

@@ -51,6 +51,7 @@ func run() error {
 		namespaces = flag.Int("namespaces", 100, "namespaces they are spread over")
 		changes    = flag.Int("changes", 50, "delay changes and endpoint changes measured, each")
 		rest       = flag.Duration("rest", time.Minute, "time at rest measured")
+		pprof      = flag.String("pprof", "", "address where the operator serves pprof, for diagnosis (e.g. 127.0.0.1:6060)")
 		out        = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "docs", "benchmarks.md"), "Markdown file whose scale section is written")
 	)
 	flag.Parse()
@@ -64,7 +65,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	res, err := localstack.RunScale(ctx, localstack.ScaleOptions{Dir: dir, Policies: *policies, Namespaces: *namespaces, Changes: *changes, Rest: *rest, Log: logf})
+	res, err := localstack.RunScale(ctx, localstack.ScaleOptions{Dir: dir, Policies: *policies, Namespaces: *namespaces, Changes: *changes, Rest: *rest, PprofAddress: *pprof, Log: logf})
 	if err != nil {
 		return fmt.Errorf("%w (kept %s)", err, dir)
 	}
