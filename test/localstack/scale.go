@@ -387,7 +387,7 @@ func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) 
 // each from the update to Envoy's RDS update.
 func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
 	const rdsUpdates = `^http\.` + xds.StatPrefix + `\.rds\.` + xds.RouteConfigName + `\.update_success$`
-	bytesBefore, err := s.operatorMetric("tailcut_xds_pushed_bytes_total", `type="RDS"`)
+	bytesBefore, err := s.operatorMetricSum("tailcut_xds_pushed_bytes_total", `type="RDS"`)
 	if err != nil {
 		return err
 	}
@@ -417,7 +417,7 @@ func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
 		res.DelayPush = append(res.DelayPush, time.Since(start))
 		last = p
 	}
-	bytesAfter, err := s.operatorMetric("tailcut_xds_pushed_bytes_total", `type="RDS"`)
+	bytesAfter, err := s.operatorMetricSum("tailcut_xds_pushed_bytes_total", `type="RDS"`)
 	if err != nil {
 		return err
 	}
@@ -564,25 +564,6 @@ func (s *scaleStack) envoyStat(re string) (float64, error) {
 	for line := range strings.SplitSeq(strings.TrimSpace(body), "\n") {
 		if _, v, ok := strings.Cut(line, ": "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, nil
-}
-
-// operatorMetric reads a metric from the operator's /metrics.
-func (s *scaleStack) operatorMetric(name, labels string) (float64, error) {
-	resp, err := http.Get("http://" + addr(s.ports.metrics) + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
-			f := strings.Fields(line)
-			return strconv.ParseFloat(f[len(f)-1], 64)
 		}
 	}
 	return 0, nil

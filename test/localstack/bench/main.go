@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -192,7 +191,7 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur string, took ti
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Tail latency benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench-tail` on %s (took %s).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
-	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), version("envoy", "--version"), version("k6", "version"))
+	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"), localstack.ToolVersion("k6", "version"))
 	fmt.Fprintf(&b, "- load: k6 constant-arrival-rate, %d rps per arm; bypass and hedged arms in one run through one Envoy to the same 3 replicas. "+
 		"Per scenario one stack: tailcut's automatic delay first (%s), then a static-delay sweep (%s each); the shift scenario runs %s each, "+
 		"its fast mode at 40ms for the middle third. The estimator reads only the hedged arm: ordinary requests.\n", rate, duration, sweepDur, shiftDur)
@@ -251,19 +250,4 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur string, took ti
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %.2f | %s |\n", sc, bestCell, bestRatio, a.r.Ratio["p99"], rel, a.r.ExtraLoadPct, verdict)
 	}
 	return b.String(), missed
-}
-
-func version(bin string, args ...string) string {
-	path := os.Getenv(strings.ToUpper(bin) + "_BIN")
-	out, err := exec.Command(path, args...).CombinedOutput()
-	if err != nil {
-		return bin + " version unknown"
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			// Envoy prints its own path first.
-			return strings.TrimPrefix(line, path+" ")
-		}
-	}
-	return bin + " version unknown"
 }

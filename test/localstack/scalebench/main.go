@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -106,7 +105,7 @@ func goals(r *localstack.ScaleResult) []string {
 func markdown(r *localstack.ScaleResult, missed []string, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Scale (issue #12)\n\nWritten by `make bench-scale` on %s (took %s).\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
-	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), envoyVersion())
+	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"))
 	b.WriteString("- parts: the operator binary (one replica, leader), etcd and kube-apiserver from the tools cache, one real Envoy on the operator's xDS. " +
 		"Prometheus is a stub that answers every query with no data and counts them; for the endpoint changes it accepts connections and never answers. " +
 		"Each policy is Auto with the default window and interval, and its Service has one EndpointSlice with two endpoints.\n")
@@ -126,13 +125,4 @@ func markdown(r *localstack.ScaleResult, missed []string, took time.Duration) st
 		}
 	}
 	return b.String()
-}
-
-func envoyVersion() string {
-	path := os.Getenv("ENVOY_BIN")
-	out, err := exec.Command(path, "--version").CombinedOutput()
-	if err != nil {
-		return "envoy version unknown"
-	}
-	return "envoy " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), path+" "))
 }
