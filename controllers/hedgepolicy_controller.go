@@ -78,7 +78,22 @@ type HedgePolicyReconciler struct {
 	// EndpointSlices, so their slices name hosts that map to 127.0.0.1 here.
 	HostAliases map[string][]string
 	Clock       clock.PassiveClock
+
+	// written is what this reconciler last wrote to each policy's status,
+	// until the cache shows it (staleRead).
+	written sync.Map // types.NamespacedName -> writtenStatus
 }
+
+// writtenStatus is a status write the cache may not show yet.
+type writtenStatus struct {
+	resourceVersion string
+	status          *tailcutv1alpha1.HedgePolicyStatus
+	at              time.Time
+}
+
+// staleReadWait bounds how long a reconcile waits for the cache to show the
+// reconciler's own last status write.
+const staleReadWait = 2 * time.Second
 
 // +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies/status,verbs=get;update;patch
@@ -95,6 +110,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// outside this process except Istio EnvoyFilters, which carry an owner
 			// reference and are garbage collected, so no finalizer is needed.
 			estimate.ForgetPolicy(req.Namespace, req.Name)
+			r.written.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.removeEverywhere(ctx, req.NamespacedName, "")
 		}
 		return ctrl.Result{}, err
@@ -102,8 +118,11 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !policy.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-
 	now := r.Clock.Now()
+	if r.staleRead(&policy, now) {
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
+
 	status := policy.Status.DeepCopy()
 	status.ObservedGeneration = policy.Generation
 	requeue, evalErr := r.evaluate(ctx, &policy, status, metav1.NewTime(now))
@@ -474,6 +493,27 @@ func setUnknown(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, cond
 	})
 }
 
+// staleRead says whether the cache still shows the policy as it was before
+// this reconciler's last status write. Deciding from that older status would
+// undo the write: an ACK wakes the reconciler milliseconds after a delay
+// change, before the cache saw it, and the decision held in the old status
+// (the old delay, no budget floor) went back to Envoy. In the kind e2e the
+// delay swung 20.9 -> 31.4 -> 20.9 ms and the A/B missed its budget. The
+// wait is bounded: a status that someone else rewrote is not waited for.
+func (r *HedgePolicyReconciler) staleRead(policy *tailcutv1alpha1.HedgePolicy, now time.Time) bool {
+	key := client.ObjectKeyFromObject(policy)
+	v, ok := r.written.Load(key)
+	if !ok {
+		return false
+	}
+	w := v.(writtenStatus)
+	if policy.ResourceVersion == w.resourceVersion || apiequality.Semantic.DeepEqual(&policy.Status, w.status) || now.Sub(w.at) > staleReadWait {
+		r.written.CompareAndDelete(key, v)
+		return false
+	}
+	return true
+}
+
 // patchStatus writes the status once, and not at all when nothing changed.
 func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus) error {
 	if apiequality.Semantic.DeepEqual(&policy.Status, status) {
@@ -487,6 +527,7 @@ func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcut
 		}
 		return fmt.Errorf("patching status: %w", err)
 	}
+	r.written.Store(client.ObjectKeyFromObject(policy), writtenStatus{resourceVersion: policy.ResourceVersion, status: status.DeepCopy(), at: r.Clock.Now()})
 	return nil
 }
 
