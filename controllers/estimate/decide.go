@@ -202,7 +202,9 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			}
 		}
 	}
-	if floor != nil && target <= floor.Delay.Seconds() {
+	// Compared as the delay it would become: 19ms + 10% is a hair above
+	// 20.9ms in floats, and rounded it sat on a 20.9ms floor.
+	if floor != nil && roundUp(target) <= floor.Delay.Duration {
 		target = floor.Delay.Seconds() * (1 + delayMargin)
 		notes = append(notes, fmt.Sprintf("kept above the budget floor %s (%.2f%% hedged there at %s)",
 			floor.Delay.Duration, floor.Percent, floor.MeasuredAt.UTC().Format(time.RFC3339)))

@@ -497,6 +497,21 @@ func TestBudgetGuard(t *testing.T) {
 			t.Errorf("got %s, floor %+v, want 17.6ms: 10%% above the 16ms floor (%s)", res.Delay, res.Floor, res.Reason)
 		}
 	})
+	t.Run("a target that rounds to the floor is above it", func(t *testing.T) {
+		// A fast mode at N(16ms, 1ms): 19ms + 10% is a hair above 20.9ms in
+		// floats and rounds to it. The delay must not land on the floor, where
+		// the counters showed the budget broken (the local e2e went 31.4 ->
+		// 20.9ms with a 20.9ms floor).
+		f := newFakeProm(t)
+		f.world(5000, bimodal(16, 0.03))
+		atFloor := func(p *tailcutv1alpha1.HedgePolicy) {
+			p.Status.BudgetFloor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: 20900 * time.Microsecond}, Percent: 6.76, MeasuredAt: metav1.NewTime(now.Add(-10 * time.Second))}
+		}
+		res := estimate(t, f, testPolicy(prior(31400*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), atFloor))
+		if res.Delay != 23*ms {
+			t.Errorf("got %s, want 23ms: 10%% above the 20.9ms floor (%s)", res.Delay, res.Reason)
+		}
+	})
 	t.Run("and then expires", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(10, 0.03))
