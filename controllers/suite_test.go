@@ -47,7 +47,7 @@ import (
 // proxies, and how long a report counts without renewal.
 const (
 	reportNamespace = "tailcut-system"
-	reportTTL       = 3 * time.Second
+	reportTTL       = 5 * time.Second
 )
 
 var (
