@@ -34,7 +34,7 @@ func ToolVersion(bin string, args ...string) string {
 	for _, line := range strings.Split(string(out), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
 			// Envoy prints its own path first.
-			return strings.TrimPrefix(line, path+" ")
+			return bin + " " + strings.TrimSpace(strings.TrimPrefix(line, path))
 		}
 	}
 	return bin + " version unknown"
