@@ -544,15 +544,12 @@ func TestEventsAreForProblems(t *testing.T) {
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonPending)
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
-	publisher.notify(key)
+	publisher.answer(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Serving: 1, Version: "v2", Rejected: "envoy-a rejected RDS: bad"})
-	publisher.notify(key)
+	publisher.answer(key, publish.ProgramStatus{Connected: 1, Serving: 1, Version: "v2", Rejected: "envoy-a rejected RDS: bad"})
 	waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonRejected)
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v3"})
-	publisher.notify(key)
+	publisher.answer(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v3"})
 	waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionTrue, tailcutv1alpha1.ReasonProgrammed)
 
 	want := []string{"Warning Rejected", "Normal Programmed"}
@@ -596,8 +593,7 @@ func TestNewPolicyStatusIsWrittenOnce(t *testing.T) {
 	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Version: "v1"})
 	newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	time.Sleep(300 * time.Millisecond) // the push is on its way
-	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
-	publisher.notify(key)
+	publisher.answer(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
 	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
 
 	var writes []string

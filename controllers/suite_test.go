@@ -205,6 +205,13 @@ func newRecordingPublisher() *recordingPublisher {
 	}
 }
 
+// answer sets what the proxies report for the policy and wakes the
+// reconciler, as an ACK or a NACK would.
+func (p *recordingPublisher) answer(key types.NamespacedName, s publish.ProgramStatus) {
+	p.setStatus(key, s)
+	p.notify(key)
+}
+
 // notify wakes the reconciler for the policy, as a proxy's ACK would.
 func (p *recordingPublisher) notify(key types.NamespacedName) {
 	p.events <- event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
