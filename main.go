@@ -137,7 +137,7 @@ func main() {
 	}
 
 	var estimator estimate.Estimator = estimate.StaticOnly{}
-	var notifications []<-chan event.GenericEvent
+	var evaluations []<-chan event.GenericEvent
 	if promURL != "" {
 		p, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: promURL, Timeout: promTimeout})
 		if err != nil {
@@ -157,7 +157,7 @@ func main() {
 			os.Exit(1)
 		}
 		estimator = p
-		notifications = append(notifications, sampled)
+		evaluations = append(evaluations, sampled)
 	}
 	aliases, err := controllers.ReadHostsFile(hostsFile)
 	if err != nil {
@@ -165,12 +165,12 @@ func main() {
 		os.Exit(1)
 	}
 	reconciler := &controllers.HedgePolicyReconciler{
-		HostAliases:   aliases,
-		Notifications: notifications,
-		Client:        mgr.GetClient(),
-		Recorder:      mgr.GetEventRecorder("tailcut"),
-		Estimator:     estimator,
-		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
+		HostAliases: aliases,
+		Evaluations: evaluations,
+		Client:      mgr.GetClient(),
+		Recorder:    mgr.GetEventRecorder("tailcut"),
+		Estimator:   estimator,
+		Publishers:  map[tailcutv1alpha1.PublishTarget]publish.Publisher{},
 	}
 	var srv *xds.Server
 	if xdsAddr != "" {

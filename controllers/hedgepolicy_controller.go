@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,10 +66,15 @@ type HedgePolicyReconciler struct {
 	// Publishers holds one publisher per spec.publish.target. A target with no
 	// publisher is reported as Programmed=False, never silently ignored.
 	Publishers map[tailcutv1alpha1.PublishTarget]publish.Publisher
-	// Notifications name policies to re-evaluate: because a proxy connected,
-	// acknowledged or rejected their configuration (the xDS server), or
-	// because the sampler read new metrics for them.
+	// Notifications name policies to re-evaluate because a proxy connected,
+	// acknowledged or rejected their configuration (the xDS server).
 	Notifications []<-chan event.GenericEvent
+	// Evaluations name policies whose evaluation is due: the sampler read
+	// new metrics for them. They, and the periodic requeues, are queued at
+	// low priority, behind endpoint, Service and spec changes: a sampler tick
+	// makes hundreds of policies due at once, and an EndpointSlice change
+	// queued behind them reached Envoy 2 s late.
+	Evaluations []<-chan event.GenericEvent
 	// MaxConcurrentReconciles is the number of workers; default 8. A
 	// reconcile never waits for Prometheus (the sampler reads it), so a few
 	// workers carry a thousand policies.
@@ -82,6 +88,9 @@ type HedgePolicyReconciler struct {
 	// written is what this reconciler last wrote to each policy's status,
 	// until the cache shows it (staleRead).
 	written sync.Map // types.NamespacedName -> writtenStatus
+	// firstSeen is when this reconciler first reconciled each policy that
+	// has no status yet (firstAckWait).
+	firstSeen sync.Map // types.NamespacedName -> time.Time
 }
 
 // writtenStatus is a status write the cache may not show yet.
@@ -111,6 +120,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// reference and are garbage collected, so no finalizer is needed.
 			estimate.ForgetPolicy(req.Namespace, req.Name)
 			r.written.Delete(req.NamespacedName)
+			r.firstSeen.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.removeEverywhere(ctx, req.NamespacedName, "")
 		}
 		return ctrl.Result{}, err
@@ -140,7 +150,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	// A publish failure is returned so controller-runtime backs off; everything
 	// about metrics is in the status and only asks for the next evaluation.
-	return ctrl.Result{RequeueAfter: requeue}, evalErr
+	return ctrl.Result{RequeueAfter: requeue, Priority: ptr.To(handler.LowPriority)}, evalErr
 }
 
 // evaluate fills status for the policy and publishes its plan. It returns when to
@@ -452,14 +462,17 @@ func (r *HedgePolicyReconciler) setCondition(policy *tailcutv1alpha1.HedgePolicy
 }
 
 // firstAckGrace is how long a new policy's first status may wait for the
-// proxies' ACK.
+// proxies' ACK, from its first reconcile.
 const firstAckGrace = 2 * time.Second
 
 // firstAckWait is how long to hold back the first status of a new policy
 // whose only news is that its push is on the way (Programmed=False,
-// Pending): the ACK's event usually comes within milliseconds, and the policy
+// Pending): the ACK's event usually comes within a second, and the policy
 // then gets one status write instead of two. With 1,000 policies applied at
-// once the second writes alone took 5 s at 200 writes a second. 0: write now.
+// once the second writes alone took 5 s at 200 writes a second. The grace
+// runs from the first reconcile, not from creation: in that apply a policy
+// waited up to 4 s in the work queue, and counted from creation its grace
+// was over before it was first reconciled. 0: write now.
 func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now time.Time) time.Duration {
 	if len(policy.Status.Conditions) > 0 {
 		return 0
@@ -468,7 +481,8 @@ func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPending {
 		return 0
 	}
-	return max(0, firstAckGrace-now.Sub(policy.CreationTimestamp.Time))
+	seen, _ := r.firstSeen.LoadOrStore(client.ObjectKeyFromObject(policy), now)
+	return max(0, firstAckGrace-now.Sub(seen.(time.Time)))
 }
 
 // eventworthy says whether a condition's transition deserves an Event: a
@@ -527,6 +541,7 @@ func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcut
 		}
 		return fmt.Errorf("patching status: %w", err)
 	}
+	r.firstSeen.Delete(client.ObjectKeyFromObject(policy))
 	r.written.Store(client.ObjectKeyFromObject(policy), writtenStatus{resourceVersion: policy.ResourceVersion, status: status.DeepCopy(), at: r.Clock.Now()})
 	return nil
 }
@@ -576,6 +591,9 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
 	for _, ch := range r.Notifications {
 		b = b.WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{}))
+	}
+	for _, ch := range r.Evaluations {
+		b = b.WatchesRawSource(source.Channel(ch, enqueueAtLowPriority()))
 	}
 	workers := r.MaxConcurrentReconciles
 	if workers <= 0 {

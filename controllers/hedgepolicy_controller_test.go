@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -617,5 +618,82 @@ func TestNewPolicyStatusIsWrittenOnce(t *testing.T) {
 	}
 	if len(writes) != 1 || writes[0] != "True/Programmed" {
 		t.Errorf("status writes %q, want one: True/Programmed", writes)
+	}
+}
+
+// TestEndpointChangesGoAheadOfEvaluations: evaluations the sampler asks for
+// wait behind an EndpointSlice change. A sampler tick makes hundreds of
+// policies due at once; queued first in, first out, an endpoint change behind
+// them reached Envoy 2 s late in make bench-scale.
+func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
+	const policies = 40
+	ns := newNamespace(t)
+	var keys []types.NamespacedName
+	for i := range policies {
+		svc := fmt.Sprintf("svc%d", i)
+		newService(t, ns, svc, 8080)
+		p := &tailcutv1alpha1.HedgePolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc},
+			Spec: tailcutv1alpha1.HedgePolicySpec{
+				TargetRef: tailcutv1alpha1.TargetRef{Name: svc, Port: 8080},
+				Delay:     tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: 20 * time.Millisecond}},
+			},
+		}
+		if err := k8s.Create(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, client.ObjectKeyFromObject(p))
+	}
+	eventually(t, "every policy published", func() error {
+		for _, k := range keys {
+			if _, ok := publisher.plan(k); !ok {
+				return fmt.Errorf("%s not published", k)
+			}
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // past the reconciles of the first status writes
+
+	gate := make(chan struct{})
+	publisher.mu.Lock()
+	publisher.gate, publisher.recording, publisher.order = gate, true, nil
+	publisher.mu.Unlock()
+	defer func() {
+		publisher.mu.Lock()
+		if publisher.gate != nil {
+			close(publisher.gate)
+			publisher.gate = nil
+		}
+		publisher.recording = false
+		publisher.mu.Unlock()
+	}()
+	for _, k := range keys {
+		sampled <- event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
+	}
+	time.Sleep(500 * time.Millisecond) // every worker holds an evaluation; the rest are queued
+	changed := keys[policies-1]        // queued last
+	newEndpointSlice(t, ns, changed.Name, 8080, map[string]bool{"10.0.0.9": true})
+	time.Sleep(500 * time.Millisecond) // the slice's event is queued
+	publisher.mu.Lock()
+	close(gate)
+	publisher.gate = nil
+	publisher.mu.Unlock()
+
+	eventually(t, "the new endpoint published", func() error {
+		rp, _ := publisher.plan(changed)
+		if len(rp.Endpoints) != 1 || rp.Endpoints[0].Address != "10.0.0.9" {
+			return fmt.Errorf("endpoints %v", rp.Endpoints)
+		}
+		return nil
+	})
+	publisher.mu.Lock()
+	order := slices.Clone(publisher.order)
+	publisher.mu.Unlock()
+	at := slices.Index(order, changed)
+	// The workers (8) finish the evaluations they hold, then take the change.
+	if at < 0 || at > 8+2 {
+		t.Errorf("the endpoint change was published %dth of %d publishes after the gate opened; want it right after the evaluations already under way (at most 10th)", at+1, len(order))
+	} else {
+		t.Logf("the endpoint change was published %dth, ahead of %d queued evaluations", at+1, policies-at-1)
 	}
 }

@@ -54,6 +54,8 @@ var (
 	cfg       *rest.Config
 	k8s       client.Client
 	publisher = newRecordingPublisher()
+	// sampled carries the sampler's evaluations; tests add their own.
+	sampled = make(chan event.GenericEvent, 1024)
 )
 
 // TestMain runs one real API server and one manager with the reconciler for
@@ -99,7 +101,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	sampled := make(chan event.GenericEvent, 1024)
 	list := func(ctx context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
 		var l tailcutv1alpha1.HedgePolicyList
 		err := mgr.GetClient().List(ctx, &l)
@@ -120,7 +121,8 @@ func run(m *testing.M) int {
 	r := &HedgePolicyReconciler{
 		Client:        mgr.GetClient(),
 		Recorder:      mgr.GetEventRecorder("tailcut"),
-		Notifications: []<-chan event.GenericEvent{sampled, watcher.Events(), publisher.events},
+		Notifications: []<-chan event.GenericEvent{watcher.Events(), publisher.events},
+		Evaluations:   []<-chan event.GenericEvent{sampled},
 		Estimator:     suiteEstimator{prom: prom},
 		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: counting},
 	}
@@ -193,6 +195,11 @@ type recordingPublisher struct {
 	status    map[types.NamespacedName]publish.ProgramStatus
 	// events wakes the reconciler, as the xDS server does on an ACK.
 	events chan event.GenericEvent
+	// gate, while set, holds every Publish until it is closed. While
+	// recording, order lists the policies published, in order.
+	gate      chan struct{}
+	recording bool
+	order     []types.NamespacedName
 }
 
 func newRecordingPublisher() *recordingPublisher {
@@ -219,7 +226,16 @@ func (p *recordingPublisher) notify(key types.NamespacedName) {
 
 func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
 	p.mu.Lock()
+	gate := p.gate
+	p.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.recording {
+		p.order = append(p.order, client.ObjectKeyFromObject(owner))
+	}
 	p.published[client.ObjectKeyFromObject(owner)] = rp
 	p.calls[client.ObjectKeyFromObject(owner)]++
 	return nil

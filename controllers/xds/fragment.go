@@ -82,7 +82,9 @@ func translatePlan(p plan.RoutePlan, mutate func(*routev3.VirtualHost)) (*fragme
 type translator struct {
 	opts      TranslateOptions
 	shared    *shared
-	fragments map[string]*fragment // by plan name: the last set translated
+	fragments map[string]*fragment // by plan name: the last set translated, and plans admitted since
+	// mutated counts the fragments made with mutateVirtualHost.
+	mutated int
 	// mutateVirtualHost, when a test sets it, edits every virtual host before
 	// validation; fragments made with it are never reused.
 	mutateVirtualHost func(*routev3.VirtualHost)
@@ -106,6 +108,7 @@ func (t *translator) translate(plans []plan.RoutePlan) (*Resources, error) {
 	}
 	frags := make([]*fragment, 0, len(prepared))
 	fresh := make(map[string]*fragment, len(prepared))
+	mutated := 0
 	for _, p := range prepared {
 		f := t.fragments[p.Name]
 		if f == nil || f.mutated || t.mutateVirtualHost != nil || !reflect.DeepEqual(f.plan, p) {
@@ -115,21 +118,37 @@ func (t *translator) translate(plans []plan.RoutePlan) (*Resources, error) {
 		}
 		frags = append(frags, f)
 		fresh[p.Name] = f
+		if f.mutated {
+			mutated++
+		}
 	}
-	t.fragments = fresh
+	t.fragments, t.mutated = fresh, mutated
 	return assemble(t.shared, frags)
+}
+
+// admit translates one plan, as it would be in a set, and keeps its fragment
+// for the next translation: the plan's own errors show before the set is
+// translated.
+func (t *translator) admit(p plan.RoutePlan) error {
+	if f := t.fragments[p.Name]; f != nil && !f.mutated && t.mutateVirtualHost == nil && reflect.DeepEqual(f.plan, p) {
+		return nil
+	}
+	f, err := translatePlan(p, t.mutateVirtualHost)
+	if err != nil {
+		return fmt.Errorf("plan %s: %w", p.Name, err)
+	}
+	if old := t.fragments[p.Name]; old != nil && old.mutated {
+		t.mutated--
+	}
+	if f.mutated {
+		t.mutated++
+	}
+	t.fragments[p.Name] = f
+	return nil
 }
 
 // pure says whether the last set, and the next, are plain translations of
 // their plans: the same plan set then gives the same resources.
 func (t *translator) pure() bool {
-	if t.mutateVirtualHost != nil {
-		return false
-	}
-	for _, f := range t.fragments {
-		if f.mutated {
-			return false
-		}
-	}
-	return true
+	return t.mutateVirtualHost == nil && t.mutated == 0
 }

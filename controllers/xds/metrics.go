@@ -43,6 +43,10 @@ var (
 		Name: "tailcut_xds_translations_total",
 		Help: "Policies translated into Envoy resources. A policy is translated again only when its plan changes.",
 	})
+	assembliesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tailcut_xds_set_assemblies_total",
+		Help: "Times the whole plan set was assembled into a snapshot. With the push debounce on, at most one per push attempt, whatever the number of policies published.",
+	})
 	connectedProxies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tailcut_xds_connected_proxies",
 		Help: "Proxies with an open ADS stream.",
@@ -50,7 +54,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(pushesTotal, nacksTotal, pushedBytesTotal, translationsTotal, connectedProxies)
+	metrics.Registry.MustRegister(pushesTotal, nacksTotal, pushedBytesTotal, translationsTotal, assembliesTotal, connectedProxies)
 }
 
 // shortType names a type URL the way Envoy's docs do.

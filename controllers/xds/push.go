@@ -18,6 +18,7 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"time"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) kickPush() {
 	}
 }
 
-// pushLoop sends the queued snapshot once changes pause for PushDebounce, or
+// pushLoop pushes the changed plan set once changes pause for PushDebounce, or
 // maxPushDelay after the first of them.
 func (s *Server) pushLoop(ctx context.Context) {
 	s.mu.Lock()
@@ -71,28 +72,36 @@ func (s *Server) pushLoop(ctx context.Context) {
 		}
 		deadline.Stop()
 		quiet.Stop()
-		s.pushQueued(ctx)
+		s.pushStale(ctx)
 	}
 }
 
-// pushQueued pushes the queued snapshot; a failed push is queued again,
-// unless a newer one took its place, and retried.
-func (s *Server) pushQueued(ctx context.Context) {
+// pushStale translates the plan set and pushes it when it changed. A failed
+// push is retried; a set that does not translate (Publish checks each plan,
+// so only a defect gets here) waits for the next change.
+func (s *Server) pushStale(ctx context.Context) {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	s.mu.Lock()
-	p := s.queued
-	s.queued = nil
-	s.mu.Unlock()
-	if p == nil {
+	if !s.stale || !s.synced {
+		s.mu.Unlock()
 		return
 	}
-	if err := s.push(ctx, p); err != nil {
-		s.log.Error(err, "pushing an xDS snapshot; retrying", "version", p.version)
+	s.stale = false
+	next := maps.Clone(s.plans)
+	s.mu.Unlock()
+	prepared, err := s.prepareLocked(next)
+	if err != nil {
+		s.log.Error(err, "translating the plan set; nothing pushed until the next change")
+		return
+	}
+	if prepared.version == s.Version() {
+		return
+	}
+	if err := s.push(ctx, prepared); err != nil {
+		s.log.Error(err, "pushing an xDS snapshot; retrying", "version", prepared.version)
 		s.mu.Lock()
-		if s.queued == nil {
-			s.queued = p
-		}
+		s.stale = true
 		s.mu.Unlock()
 		time.AfterFunc(pushRetry, s.kickPush)
 	}

@@ -110,10 +110,10 @@ type Server struct {
 	policies map[k8stypes.NamespacedName]policyHash
 	history  map[string][]typeVersion
 	streams  map[int64]*streamState
-	// pushing is true while the push loop runs (PushDebounce); queued is
-	// the snapshot it sends next, nil when what is served is current.
+	// pushing is true while the push loop runs (PushDebounce); stale
+	// when plans changed since the loop last translated them.
 	pushing bool
-	queued  *preparedSnapshot
+	stale   bool
 
 	lisMu sync.Mutex
 	lis   net.Listener

@@ -102,8 +102,14 @@ func (s *Server) Synced() bool {
 	return s.synced
 }
 
-// Publish makes p the plan of its policy and publishes the new set. When the
-// set does not translate, nothing changes and the error is returned.
+// Publish makes p the plan of its policy. A plan that cannot be served (it
+// does not validate, or another policy holds its Service port) is refused
+// with the error, and nothing changes. Without the push loop, the set is
+// translated and pushed before Publish returns. While the push loop runs
+// (PushDebounce), Publish checks the plan alone and the loop translates the
+// set once per push: translating the whole set on every publish, under one
+// lock, made a 1,000-policy apply 1,000 translations of a growing set and
+// kept the reconcile workers waiting on each other.
 func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error {
 	key := planKey(owner, p)
 	s.pubMu.Lock()
@@ -114,6 +120,18 @@ func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy
 	// policies. s.plans holds only what was applied, so a plan whose push
 	// failed is applied again.
 	if s.translator.pure() && s.holds(key, p) {
+		s.seenLocked(key)
+		return nil
+	}
+	if s.deferring() {
+		if err := s.admitLocked(key, p); err != nil {
+			return fmt.Errorf("xds: publishing %s: %w", key, err)
+		}
+		s.mu.Lock()
+		s.plans[key] = p.DeepCopy()
+		s.stale = true
+		s.mu.Unlock()
+		s.kickPush()
 		s.seenLocked(key)
 		return nil
 	}
@@ -133,12 +151,43 @@ func (s *Server) Remove(ctx context.Context, key k8stypes.NamespacedName) error 
 	next := s.planSet()
 	if _, ok := next[key]; ok {
 		delete(next, key)
-		if err := s.applyLocked(ctx, next); err != nil {
+		if s.deferring() {
+			s.mu.Lock()
+			delete(s.plans, key)
+			s.stale = true
+			s.mu.Unlock()
+			s.kickPush()
+		} else if err := s.applyLocked(ctx, next); err != nil {
 			return fmt.Errorf("xds: removing %s: %w", key, err)
 		}
 	}
 	s.seenLocked(key)
 	return nil
+}
+
+// deferring says whether the push loop translates and pushes the set.
+func (s *Server) deferring() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pushing
+}
+
+// admitLocked checks a plan alone as the set's translation would: it
+// validates, its resources validate, and no other plan holds its Service
+// port. Its resources are kept for the next translation. Callers hold pubMu.
+func (s *Server) admitLocked(key k8stypes.NamespacedName, p plan.RoutePlan) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for other, q := range s.plans {
+		if other != key && q.Namespace == p.Namespace && q.Service == p.Service && q.Port == p.Port {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: %s and %s both target %s/%s port %d", plan.ErrDuplicateTarget, q.Name, p.Name, p.Namespace, p.Service, p.Port)
+		}
+	}
+	s.mu.Unlock()
+	return s.translator.admit(p)
 }
 
 // holds says whether p is already the applied plan of its policy.
@@ -178,9 +227,27 @@ func planKey(owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) k8stypes.Name
 // applyLocked translates the plan set and, once synced, hands a snapshot with
 // a new version to the cache. On error nothing changes. Callers hold pubMu.
 func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedName]plan.RoutePlan) error {
-	res, err := s.translator.translate(slices.Collect(maps.Values(next)))
+	prepared, err := s.prepareLocked(next)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	push := s.synced && prepared.version != s.version
+	if !push {
+		s.plans = next
+	}
+	s.mu.Unlock()
+	if !push {
+		return nil
+	}
+	return s.push(ctx, prepared)
+}
+
+// prepareLocked translates the plan set into a snapshot. Callers hold pubMu.
+func (s *Server) prepareLocked(next map[k8stypes.NamespacedName]plan.RoutePlan) (*preparedSnapshot, error) {
+	res, err := s.translator.translate(slices.Collect(maps.Values(next)))
+	if err != nil {
+		return nil, err
 	}
 	version, versions := res.Version(), res.TypeVersions()
 	hashes := make(map[k8stypes.NamespacedName]policyHash, len(next))
@@ -193,33 +260,9 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 	snap.Resources[types.Cluster] = cachev3.NewResources(versions[resourcev3.ClusterType], toResources(res.Clusters))
 	snap.Resources[types.Endpoint] = cachev3.NewResources(versions[resourcev3.EndpointType], toResources(res.Endpoints))
 	if err := snap.Consistent(); err != nil {
-		return err
+		return nil, err
 	}
-
-	prepared := &preparedSnapshot{snap: snap, plans: next, version: version, versions: versions, hashes: hashes}
-	s.mu.Lock()
-	push := s.synced && version != s.version
-	debounced := s.pushing
-	if !push || debounced {
-		s.plans = next
-	}
-	if debounced {
-		// The push loop sends the newest prepared snapshot once the changes
-		// pause; one that matches what is served cancels a queued one.
-		s.queued = nil
-		if push {
-			s.queued = prepared
-		}
-	}
-	s.mu.Unlock()
-	if !push {
-		return nil
-	}
-	if debounced {
-		s.kickPush()
-		return nil
-	}
-	return s.push(ctx, prepared)
+	return &preparedSnapshot{snap: snap, plans: next, version: version, versions: versions, hashes: hashes}, nil
 }
 
 // push hands a prepared snapshot to the cache. Only a snapshot the cache took
@@ -234,9 +277,7 @@ func (s *Server) push(ctx context.Context, p *preparedSnapshot) error {
 		return err
 	}
 	s.mu.Lock()
-	if !s.pushing {
-		s.plans = p.plans
-	}
+	s.plans = p.plans
 	s.version = p.version
 	s.versions = p.versions
 	s.policies = p.hashes

@@ -149,6 +149,7 @@ func newShared(opts TranslateOptions) (*shared, error) {
 // together. Type versions hash the fragments' hashes, so assembling costs no
 // encoding.
 func assemble(sh *shared, frags []*fragment) (*Resources, error) {
+	assembliesTotal.Inc()
 	res := &Resources{
 		Listeners: []*listenerv3.Listener{sh.listener},
 		Routes:    []*routev3.RouteConfiguration{{Name: RouteConfigName, VirtualHosts: make([]*routev3.VirtualHost, 0, len(frags))}},
