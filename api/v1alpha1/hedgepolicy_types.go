@@ -70,8 +70,7 @@ type HedgePolicySpec struct {
 	// num_retries). Each hedge waits one more delay after the previous attempt.
 	// +optional
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=3
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 3",message="maxHedges must be 1, 2 or 3"
 	MaxHedges int32 `json:"maxHedges,omitempty"`
 
 	// Budget bounds the extra load hedging may add to the backends.
@@ -127,8 +126,7 @@ type TargetRef struct {
 
 	// Port is the Service port (spec.ports[].port) whose traffic is hedged.
 	// +required
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 65535",message="port must be between 1 and 65535"
 	Port int32 `json:"port"`
 }
 
@@ -225,9 +223,7 @@ type AutoDelay struct {
 	// requests.
 	// +optional
 	// +kubebuilder:default=0.95
-	// +kubebuilder:validation:Minimum=0.5
-	// +kubebuilder:validation:ExclusiveMinimum=true
-	// +kubebuilder:validation:Maximum=0.999
+	// +kubebuilder:validation:XValidation:rule="self > 0.5 && self <= 0.999",message="quantile must be greater than 0.5 and at most 0.999 (0.999 is p99.9; 1.0 would be the slowest request, which no delay can beat)"
 	Quantile float64 `json:"quantile,omitempty"`
 
 	// Source is the histogram the quantile is read from.
@@ -277,24 +273,21 @@ type AutoDelay struct {
 	// MinSamples is the fewest requests in the window for a quantile to be trusted.
 	// +optional
 	// +kubebuilder:default=100
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000000",message="minSamples must be between 1 and 1000000"
 	MinSamples int32 `json:"minSamples,omitempty"`
 
 	// DeadbandPercent ignores a new delay that differs from the programmed one by
 	// less than this percentage, so noise does not cause pushes.
 	// +optional
 	// +kubebuilder:default=10
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 100",message="deadbandPercent must be between 0 and 100"
 	DeadbandPercent int32 `json:"deadbandPercent,omitempty"`
 
 	// MaxStepPercent limits how far the delay moves in one evaluation, as a
 	// percentage of the programmed delay.
 	// +optional
 	// +kubebuilder:default=50
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="maxStepPercent must be between 1 and 1000"
 	MaxStepPercent int32 `json:"maxStepPercent,omitempty"`
 
 	// Workload names the application's histogram when source is Workload.
@@ -364,8 +357,7 @@ type Budget struct {
 	// hedging when the measured hedge rate goes above it.
 	// +optional
 	// +kubebuilder:default=5
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=50
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 50",message="maxExtraLoadPercent must be between 1 and 50 (percent of the requests)"
 	MaxExtraLoadPercent int32 `json:"maxExtraLoadPercent,omitempty"`
 
 	// MinRetryConcurrency is the number of hedges always allowed in flight, whatever
@@ -373,8 +365,7 @@ type Budget struct {
 	// at low request rates.
 	// +optional
 	// +kubebuilder:default=3
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="minRetryConcurrency must be between 1 and 1000"
 	MinRetryConcurrency int32 `json:"minRetryConcurrency,omitempty"`
 }
 

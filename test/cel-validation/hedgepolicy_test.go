@@ -82,6 +82,7 @@ func TestHedgePolicyValidation(t *testing.T) {
 		desc       string
 		mutate     []func(*unstructured.Unstructured)
 		wantErrors []string
+		notWant    []string // in no rejection: messages a person would misread
 	}{
 		{desc: "minimal policy is valid"},
 		{desc: "static delay", mutate: fns(set("delay", map[string]any{"mode": "Static", "static": "20ms"}))},
@@ -117,9 +118,23 @@ func TestHedgePolicyValidation(t *testing.T) {
 		{desc: "min greater than max", mutate: fns(set("delay.auto", map[string]any{"min": "200ms", "max": "100ms"})),
 			wantErrors: []string{"spec.delay.auto.min: Invalid value", "min must not be greater than max"}},
 		{desc: "quantile at 0.5", mutate: fns(set("delay.auto.quantile", 0.5)),
-			wantErrors: []string{"spec.delay.auto.quantile: Invalid value: 0.5: spec.delay.auto.quantile in body should be greater than 0.5"}},
+			wantErrors: []string{"spec.delay.auto.quantile: Invalid value", "quantile must be greater than 0.5 and at most 0.999"}},
 		{desc: "quantile above 0.999", mutate: fns(set("delay.auto.quantile", 0.9999)),
-			wantErrors: []string{"spec.delay.auto.quantile in body should be less than or equal to 0.999"}},
+			wantErrors: []string{"quantile must be greater than 0.5 and at most 0.999"}},
+		// The OpenAPI maximum printed this as "should be less than or equal to 0".
+		{desc: "quantile 1.0", mutate: fns(set("delay.auto.quantile", 1.0)),
+			wantErrors: []string{"spec.delay.auto.quantile: Invalid value", "quantile must be greater than 0.5 and at most 0.999 (0.999 is p99.9"},
+			notWant:    []string{"less than or equal to 0"}},
+		{desc: "quantile 1 as an integer", mutate: fns(set("delay.auto.quantile", int64(1))),
+			wantErrors: []string{"quantile must be greater than 0.5 and at most 0.999"}},
+		{desc: "minSamples 0", mutate: fns(set("delay.auto.minSamples", int64(0))),
+			wantErrors: []string{"spec.delay.auto.minSamples: Invalid value", "minSamples must be between 1 and 1000000"}},
+		{desc: "deadbandPercent 101", mutate: fns(set("delay.auto.deadbandPercent", int64(101))),
+			wantErrors: []string{"deadbandPercent must be between 0 and 100"}},
+		{desc: "maxStepPercent 0", mutate: fns(set("delay.auto.maxStepPercent", int64(0))),
+			wantErrors: []string{"maxStepPercent must be between 1 and 1000"}},
+		{desc: "minRetryConcurrency 0", mutate: fns(set("budget.minRetryConcurrency", int64(0))),
+			wantErrors: []string{"spec.budget.minRetryConcurrency: Invalid value", "minRetryConcurrency must be between 1 and 1000"}},
 		{desc: "window too short", mutate: fns(set("delay.auto.window", "5s")),
 			wantErrors: []string{"window must be between 15s and 1h"}},
 		{desc: "custom source without query", mutate: fns(set("delay.auto.source", "Custom")),
@@ -140,13 +155,13 @@ func TestHedgePolicyValidation(t *testing.T) {
 		{desc: "evaluationInterval too short", mutate: fns(set("evaluationInterval", "1s")),
 			wantErrors: []string{"evaluationInterval must be between 5s and 1h"}},
 		{desc: "maxHedges 4", mutate: fns(set("maxHedges", int64(4))),
-			wantErrors: []string{"spec.maxHedges: Invalid value: 4: spec.maxHedges in body should be less than or equal to 3"}},
+			wantErrors: []string{"spec.maxHedges: Invalid value", "maxHedges must be 1, 2 or 3"}},
 		{desc: "maxHedges 0", mutate: fns(set("maxHedges", int64(0))),
-			wantErrors: []string{"spec.maxHedges in body should be greater than or equal to 1"}},
+			wantErrors: []string{"maxHedges must be 1, 2 or 3"}},
 		{desc: "budget 0 percent", mutate: fns(set("budget.maxExtraLoadPercent", int64(0))),
-			wantErrors: []string{"spec.budget.maxExtraLoadPercent in body should be greater than or equal to 1"}},
+			wantErrors: []string{"spec.budget.maxExtraLoadPercent: Invalid value", "maxExtraLoadPercent must be between 1 and 50 (percent of the requests)"}},
 		{desc: "budget 51 percent", mutate: fns(set("budget.maxExtraLoadPercent", int64(51))),
-			wantErrors: []string{"spec.budget.maxExtraLoadPercent in body should be less than or equal to 50"}},
+			wantErrors: []string{"maxExtraLoadPercent must be between 1 and 50"}},
 		{desc: "empty retryOn", mutate: fns(set("retryOn", []any{})),
 			wantErrors: []string{"spec.retryOn: Invalid value: 0: spec.retryOn in body should have at least 1 items"}},
 		{desc: "unknown retryOn", mutate: fns(set("retryOn", []any{"sometimes"})),
@@ -156,7 +171,9 @@ func TestHedgePolicyValidation(t *testing.T) {
 		{desc: "target name not a DNS label", mutate: fns(set("targetRef.name", "Check_Out")),
 			wantErrors: []string{`spec.targetRef.name: Invalid value: "Check_Out"`}},
 		{desc: "target port 0", mutate: fns(set("targetRef.port", int64(0))),
-			wantErrors: []string{"spec.targetRef.port in body should be greater than or equal to 1"}},
+			wantErrors: []string{"spec.targetRef.port: Invalid value", "port must be between 1 and 65535"}},
+		{desc: "target port 65536", mutate: fns(set("targetRef.port", int64(65536))),
+			wantErrors: []string{"port must be between 1 and 65535"}},
 		{desc: "publish target unknown", mutate: fns(set("publish.target", "Linkerd")),
 			wantErrors: []string{`spec.publish.target: Unsupported value: "Linkerd"`}},
 		{desc: "query too long", mutate: fns(set("delay.auto", map[string]any{"source": "Custom", "query": strings.Repeat("x", 4097)})),
@@ -186,6 +203,13 @@ func TestHedgePolicyValidation(t *testing.T) {
 			for _, want := range tc.wantErrors {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+			// Every bound has a message of its own; the schema's generic
+			// "should be less/greater than" printed floats as integers.
+			for _, bad := range append(tc.notWant, "in body should be less than", "in body should be greater than") {
+				if strings.Contains(err.Error(), bad) {
+					t.Errorf("error contains %q:\n%v", bad, err)
 				}
 			}
 		})
