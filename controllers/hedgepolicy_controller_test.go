@@ -484,7 +484,7 @@ func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
 				TargetRef:          tailcutv1alpha1.TargetRef{Name: svc, Port: 8080},
 				EvaluationInterval: &metav1.Duration{Duration: 5 * time.Second},
 				Delay: tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
-					Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket[{{.Window}}])))`,
+					Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}])))`,
 				}},
 			},
 		}

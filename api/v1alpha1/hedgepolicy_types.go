@@ -294,9 +294,14 @@ type AutoDelay struct {
 	// +optional
 	Workload *WorkloadMetric `json:"workload,omitempty"`
 
-	// Query is a PromQL template used when source is Custom. It is a Go template
-	// with the variables {{.Namespace}}, {{.Service}}, {{.Port}}, {{.Quantile}} and
-	// {{.Window}}, and must return one series whose value is the latency in seconds.
+	// Query is a PromQL template used when source is Custom. It is text with the
+	// variables {{.Namespace}}, {{.Service}}, {{.Port}}, {{.Quantile}} and
+	// {{.Window}}, and nothing else (no actions, functions or pipelines), and
+	// must return one series whose value is the latency in seconds. Every
+	// series it reads must carry namespace="{{.Namespace}}" (or name the
+	// policy's own Envoy cluster in envoy_cluster_name): a policy reads its own
+	// namespace's metrics only. Each query is bounded by the operator's
+	// --prometheus-timeout.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096

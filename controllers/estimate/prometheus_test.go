@@ -127,7 +127,7 @@ func estimate(t *testing.T, f *fakeProm, policy *tailcutv1alpha1.HedgePolicy) Re
 func TestNoData(t *testing.T) {
 	custom := auto(func(a *tailcutv1alpha1.AutoDelay) {
 		a.Source = tailcutv1alpha1.EstimateSourceCustom
-		a.Query = `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket[{{.Window}}])))`
+		a.Query = `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}])))`
 	})
 	cases := []struct {
 		name   string
@@ -611,11 +611,26 @@ func TestInvalidQuery(t *testing.T) {
 		query   string
 		problem string
 	}{
-		{"unknown variable", `histogram_quantile({{.Quantile}}, rate(x_bucket{svc="{{.Svc}}"}[{{.Window}}]))`, "the template does not render"},
+		{"unknown variable", `histogram_quantile({{.Quantile}}, rate(x_bucket{svc="{{.Svc}}"}[{{.Window}}]))`, "the template may use only"},
 		{"template syntax", `histogram_quantile({{.Quantile}, rate(x[5m]))`, "the template does not parse"},
-		{"PromQL syntax", `histogram_quantile({{.Quantile}}, rate(x_bucket[{{.Window}}])`, "the query is not valid PromQL"},
+		{"PromQL syntax", `histogram_quantile({{.Quantile}}, rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}])`, "the query is not valid PromQL"},
 		{"range vector", `x_bucket{namespace="{{.Namespace}}"}[{{.Window}}]`, "the query returns a range vector"},
 		{"empty", `   `, "source Custom needs auto.query"},
+		// #14, tenancy: the template is data, and reads only its namespace.
+		{"a loop", `{{range 100000000000}}x{{end}}`, "the template may use only {{.Namespace}}, {{.Service}}, {{.Port}}, {{.Quantile}}, {{.Window}}"},
+		{"a condition", `{{if .Namespace}}x{namespace="{{.Namespace}}"}{{end}}`, "the template may use only"},
+		{"a function", `x{namespace="{{printf "%s" .Namespace}}"}`, "the template may use only"},
+		{"a pipeline", `x{namespace="{{.Namespace | html}}"}`, "the template may use only"},
+		{"a variable", `{{$n := .Namespace}}x{namespace="{{$n}}"}`, "the template may use only"},
+		{"a defined template", `{{define "t"}}x{{end}}x{namespace="{{.Namespace}}"}`, "the template may use only"},
+		{"a nested field", `x{namespace="{{.Namespace.Foo}}"}`, "the template may use only"},
+		{"no namespace matcher", `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket[{{.Window}}])))`, `every series the query reads must carry namespace="shop"`},
+		{"another namespace", `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace="payments"}[{{.Window}}])))`, `every series the query reads must carry namespace="shop"`},
+		{"a namespace regex", `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace=~"shop|payments"}[{{.Window}}])))`, `every series the query reads must carry namespace="shop"`},
+		{"one selector of two without it", `x{namespace="{{.Namespace}}"} or y`, `every series the query reads must carry namespace="shop"`},
+		{"a subquery without it", `max_over_time(y[5m:1m])`, `every series the query reads must carry namespace="shop"`},
+		{"another policy's Envoy cluster", `histogram_quantile({{.Quantile}}, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_payments_cart_8080"}[{{.Window}}])))`, `every series the query reads must carry namespace="shop"`},
+		{"too long when rendered", strings.Repeat("x ", 9000), "the rendered query is too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProm(t)
@@ -644,16 +659,31 @@ func TestCustomQuery(t *testing.T) {
 	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.042"]}}`})
 	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 		a.Source = tailcutv1alpha1.EstimateSourceCustom
-		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(rpc_seconds_bucket{ns="{{.Namespace}}",svc="{{.Service}}",port="{{.Port}}"}[{{.Window}}]))))`
+		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(rpc_seconds_bucket{namespace="{{.Namespace}}",svc="{{.Service}}",port="{{.Port}}"}[{{.Window}}]))))`
 	}))
 	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
 	res := estimate(t, f, policy)
 	if res.Delay != 42*ms || res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 		t.Errorf("got %s from %s, want 42ms (%s)", res.Delay, res.Source, res.Reason)
 	}
-	want := `scalar(histogram_quantile(0.95, sum by (le) (rate(rpc_seconds_bucket{ns="shop",svc="cart",port="8080"}[2m]))))`
+	want := `scalar(histogram_quantile(0.95, sum by (le) (rate(rpc_seconds_bucket{namespace="shop",svc="cart",port="8080"}[2m]))))`
 	if q := f.queries(); len(q) != 1 || q[0] != want {
 		t.Errorf("queries %q, want only %q", q, want)
+	}
+}
+
+// TestCustomQueryMayReadItsOwnEnvoyCluster: Envoy's stats carry no namespace
+// label; a Custom query may read the policy's own clusters by name.
+func TestCustomQueryMayReadItsOwnEnvoyCluster(t *testing.T) {
+	f := newFakeProm(t)
+	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.031"]}}`})
+	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+		a.Source = tailcutv1alpha1.EstimateSourceCustom
+		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_{{.Namespace}}_{{.Service}}_{{.Port}}"}[{{.Window}}]))) / 1000)`
+	}))
+	res := estimate(t, f, policy)
+	if res.Delay != 31*ms {
+		t.Errorf("got %s from %s (%s), want 31ms", res.Delay, res.Source, res.Reason)
 	}
 }
 

@@ -150,11 +150,13 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		custom := map[string]any{
 			"Namespace": ns, "Service": svc, "Port": port, "Quantile": quantile, "Window": window,
 		}
-		q, err := render("custom", auto.Query, custom)
+		q, err := renderCustom(auto.Query, custom)
 		if err != nil {
 			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: auto.Query, Err: err}
 		}
-		if err := checkPromQL(q, false); err != nil {
+		if err := checkPromQL(q, false, func(expr parser.Expr) error {
+			return checkNamespaced(expr, ns, []string{plan.ClusterName(ns, svc, port), plan.BypassClusterName(ns, svc, port)})
+		}); err != nil {
 			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: q, Err: err}
 		}
 		qs.quantile = q
@@ -177,7 +179,7 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 	for _, j := range jobs {
 		q, err := render("builtin", j.tmpl, data)
 		if err == nil {
-			err = checkPromQL(q, true)
+			err = checkPromQL(q, true, nil)
 		}
 		if err != nil {
 			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: q, Err: err}
@@ -218,14 +220,18 @@ func render(name, text string, data map[string]any) (string, error) {
 }
 
 // checkPromQL parses a rendered query and checks it returns an instant vector
-// or a scalar, the only results the estimator can read.
-func checkPromQL(q string, builtin bool) error {
+// or a scalar, the only results the estimator can read, and passes check
+// when one is given.
+func checkPromQL(q string, builtin bool, check func(parser.Expr) error) error {
 	expr, err := promQLParser.ParseExpr(q)
 	if err != nil {
 		return err
 	}
 	switch expr.Type() {
 	case parser.ValueTypeVector, parser.ValueTypeScalar:
+		if check != nil {
+			return check(expr)
+		}
 		return nil
 	default:
 		what := map[parser.ValueType]string{parser.ValueTypeMatrix: "a range vector", parser.ValueTypeString: "a string"}[expr.Type()]

@@ -165,7 +165,7 @@ func TestSamplerForgets(t *testing.T) {
 // cluster, and can never read a bypass cluster or the xDS cluster.
 func TestSamplerQueries(t *testing.T) {
 	for _, q := range []string{sampleBuckets, sampleCounters, sampleScraped} {
-		if err := checkPromQL(q, true); err != nil {
+		if err := checkPromQL(q, true, nil); err != nil {
 			t.Errorf("%s: %v", q, err)
 		}
 	}

@@ -88,7 +88,7 @@ func TestHedgePolicyValidation(t *testing.T) {
 		{desc: "static delay", mutate: fns(set("delay", map[string]any{"mode": "Static", "static": "20ms"}))},
 		{desc: "POST with allowNonIdempotent", mutate: fns(set("match.methods", []any{"GET", "POST"}), set("allowNonIdempotent", true))},
 		{desc: "custom query", mutate: fns(set("delay", map[string]any{"mode": "Auto", "auto": map[string]any{
-			"source": "Custom", "query": `histogram_quantile({{.Quantile}}, rate(x_bucket[{{.Window}}]))`, "min": "2ms", "max": "2ms"}}))},
+			"source": "Custom", "query": `histogram_quantile({{.Quantile}}, rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}]))`, "min": "2ms", "max": "2ms"}}))},
 		{desc: "workload source with labels", mutate: fns(set("delay.auto", map[string]any{
 			"source": "Workload", "workload": map[string]any{"metric": "app_latency_seconds", "labels": map[string]any{"job": "checkout"}}}))},
 		{desc: "fallback static", mutate: fns(set("delay.auto.fallback", map[string]any{"action": "Static", "delay": "40ms"}))},
