@@ -115,6 +115,22 @@ func newShared(opts TranslateOptions) (*shared, error) {
 	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
 		StatPrefix: StatPrefix,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		// The listener is the clients' first hop, and no client is trusted:
+		// Envoy honours x-envoy-max-retries, x-envoy-retry-on and the
+		// timeout and hedge headers only from internal requests. Who is
+		// internal is decided from the connection's address
+		// (use_remote_address), never from a client's X-Forwarded-For,
+		// against a list that matches no peer: the unspecified addresses.
+		// An empty list would not do: Envoy then trusts RFC 1918 and
+		// loopback peers, and a spoofed X-Forwarded-For: 10.0.0.1 (without
+		// use_remote_address) or any in-cluster client got 11 attempts
+		// where the policy allows 1 (TestHostileClientsCannotChangeHedging).
+		UseRemoteAddress:  wrapperspb.Bool(true),
+		XffNumTrustedHops: 0,
+		InternalAddressConfig: &hcmv3.HttpConnectionManager_InternalAddressConfig{CidrRanges: []*corev3.CidrRange{
+			{AddressPrefix: "0.0.0.0", PrefixLen: wrapperspb.UInt32(32)},
+			{AddressPrefix: "::", PrefixLen: wrapperspb.UInt32(128)},
+		}},
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,

@@ -1,0 +1,235 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// attemptLog is an upstream that records every attempt it gets, by the
+// request id the client chose, and the x-envoy headers that reached it.
+type attemptLog struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	attempts map[string]int
+	leaked   map[string]bool // x-envoy-* request headers that reached the upstream
+}
+
+func newAttemptLog(t *testing.T) *attemptLog {
+	a := &attemptLog{attempts: map[string]int{}, leaked: map[string]bool{}}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.attempts[r.Header.Get("x-test-id")]++
+		for k := range r.Header {
+			k = strings.ToLower(k)
+			// Envoy's own: the attempt count tailcut asks for, and the
+			// client's address it records as an edge proxy.
+			if strings.HasPrefix(k, "x-envoy-") && k != "x-envoy-attempt-count" && k != "x-envoy-external-address" && k != "x-envoy-expected-rq-timeout-ms" {
+				a.leaked[k+": "+r.Header.Get(k)] = true
+			}
+		}
+		if n := r.Header.Get("x-envoy-attempt-count"); n != "1" && n != "2" {
+			a.leaked["x-envoy-attempt-count: "+n] = true
+		}
+		a.mu.Unlock()
+		switch r.URL.Path {
+		case "/slow":
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		case "/fail":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *attemptLog) count(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attempts[id]
+}
+
+// TestHostileClientsCannotChangeHedging is #14's "hostile clients": a client
+// that sends Envoy's retry and timeout headers, with or without a spoofed
+// X-Forwarded-For or x-envoy-internal, gets the attempts its policy allows
+// (1 + maxHedges on the hedged route, 1 elsewhere) and none of the headers
+// reaches the upstream; a huge header is refused before any attempt. The
+// listener is an edge (use_remote_address) that trusts no address as
+// internal, so Envoy strips those headers from every request.
+func TestHostileClientsCannotChangeHedging(t *testing.T) {
+	bin := envoyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	up := newAttemptLog(t)
+	listenPort, adminPort := freePort(t), freePort(t)
+	srv := NewServer(ServerOptions{
+		Address:   "127.0.0.1:0",
+		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
+		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+	})
+	addr, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Start(srvCtx) }()
+	t.Cleanup(func() { stopSrv(); <-srvDone })
+
+	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
+	ep := newBackendEndpoint(t, up.srv.Listener.Addr().String())
+	web := plan.RoutePlan{
+		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
+		Hosts:     plan.ServiceHosts("web", "e2e", 80),
+		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
+		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
+		Endpoints: []plan.Endpoint{ep},
+	}
+	if err := srv.Publish(ctx, nil, web); err != nil {
+		t.Fatal(err)
+	}
+	srv.MarkSynced(key)
+	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "hostile-envoy", AdminPort: adminPort, ListenerPort: listenPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootPath := filepath.Join(t.TempDir(), "bootstrap.yaml")
+	if err := os.WriteFile(bootPath, boot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEnvoy(t, bin, bootPath)
+	eventually(t, 60*time.Second, "Envoy to ACK", func() (bool, string) {
+		st := srv.Status(key)
+		return st.Programmed == 1, fmt.Sprintf("%+v", st)
+	})
+	client := &http.Client{Timeout: 10 * time.Second}
+	send := func(method, path, id string, header map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d%s", listenPort, path), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "web.e2e"
+		req.Header.Set("x-test-id", id)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	hostile := map[string]string{
+		"x-envoy-max-retries":                    "10",
+		"x-envoy-retry-on":                       "5xx,gateway-error,reset,connect-failure,retriable-4xx",
+		"x-envoy-retriable-status-codes":         "503",
+		"x-envoy-upstream-rq-per-try-timeout-ms": "1",
+		"x-envoy-upstream-rq-timeout-ms":         "100000",
+		"x-envoy-hedge-on-per-try-timeout":       "true",
+		"x-envoy-attempt-count":                  "7",
+	}
+	withHeaders := func(extra map[string]string) map[string]string {
+		h := map[string]string{}
+		for k, v := range hostile {
+			h[k] = v
+		}
+		for k, v := range extra {
+			h[k] = v
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name   string
+		method string
+		path   string
+		header map[string]string
+		want   int // status
+		most   int // attempts allowed by the policy
+	}{
+		{"hedged route, slow upstream", http.MethodGet, "/slow", withHeaders(nil), 200, 2},
+		{"hedged route, failing upstream", http.MethodGet, "/fail", withHeaders(nil), 503, 1},
+		{"spoofed X-Forwarded-For from a private address", http.MethodGet, "/fail", withHeaders(map[string]string{"x-forwarded-for": "10.0.0.1"}), 503, 1},
+		{"spoofed loopback X-Forwarded-For", http.MethodGet, "/slow", withHeaders(map[string]string{"x-forwarded-for": "127.0.0.1"}), 200, 2},
+		{"x-envoy-internal", http.MethodGet, "/fail", withHeaders(map[string]string{"x-envoy-internal": "true"}), 503, 1},
+		{"unhedged method", http.MethodPost, "/slow", withHeaders(nil), 200, 1},
+		{"bypass header", http.MethodGet, "/slow", withHeaders(map[string]string{plan.BypassHeader: "1"}), 200, 1},
+		{"bypass header, failing upstream", http.MethodGet, "/fail", withHeaders(map[string]string{plan.BypassHeader: "1", "x-forwarded-for": "10.0.0.1"}), 503, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := strings.ReplaceAll(tc.name, " ", "-")
+			if got := send(tc.method, tc.path, id, tc.header); got != tc.want {
+				t.Errorf("status %d, want %d", got, tc.want)
+			}
+			time.Sleep(100 * time.Millisecond) // a late attempt would arrive by now
+			if n := up.count(id); n < 1 || n > tc.most {
+				t.Errorf("%d attempts reached the upstream, want 1 to %d (the policy's)", n, tc.most)
+			}
+		})
+	}
+
+	t.Run("a huge header", func(t *testing.T) {
+		got := send(http.MethodGet, "/slow", "huge", map[string]string{"x-huge": strings.Repeat("a", 100<<10)})
+		if got != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("status %d, want 431", got)
+		}
+		if n := up.count("huge"); n != 0 {
+			t.Errorf("%d attempts reached the upstream, want none", n)
+		}
+	})
+
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	for h := range up.leaked {
+		t.Errorf("a client's header reached the upstream: %s", h)
+	}
+}
+
+func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {
+	t.Helper()
+	host, port, ok := strings.Cut(hostPort, ":")
+	var p int
+	if _, err := fmt.Sscan(port, &p); !ok || err != nil {
+		t.Fatalf("upstream address %q", hostPort)
+	}
+	return plan.Endpoint{Address: host, Port: int32(p)}
+}
