@@ -72,6 +72,14 @@ test-unit: ## Unit tests plus the CEL, reconciler, xDS-with-Envoy and estimator-
 test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, the k6 A/B through Envoy, saturation.
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
 
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: ## Search with the fuzz targets, FUZZTIME each (go test runs their seeds in test-unit); failures land in testdata/fuzz.
+	@$(TOOL_ENV); set -e; \
+	$(GO) test ./controllers/estimate/ -run '^$$' -fuzz '^FuzzEstimateStaysInBounds$$' -fuzztime $(FUZZTIME); \
+	$(GO) test ./controllers/xds/ -run '^$$' -fuzz '^FuzzPlanToEnvoy$$' -fuzztime $(FUZZTIME)
+
 ##@ Demo
 
 DURATION ?= 60s

@@ -69,14 +69,14 @@ type reply struct {
 }
 
 type fakeProm struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *httptest.Server
 	mu      sync.Mutex
 	replies map[queryKind]reply
 	seen    []string
 }
 
-func newFakeProm(t *testing.T) *fakeProm {
+func newFakeProm(t testing.TB) *fakeProm {
 	t.Helper()
 	f := &fakeProm{t: t, replies: map[queryKind]reply{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))

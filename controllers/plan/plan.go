@@ -24,9 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Named validation errors. Callers match them with errors.Is.
@@ -43,6 +47,9 @@ var (
 	ErrBudgetInvalid     = errors.New("budget percent must be between 1 and 100")
 	ErrMinConcurrency    = errors.New("min retry concurrency must be at least 1")
 	ErrEndpointInvalid   = errors.New("endpoint address or port is invalid")
+	ErrNameInvalid       = errors.New("not a Kubernetes name")
+	ErrMethodUnknown     = errors.New("unknown HTTP method")
+	ErrRetryOnUnknown    = errors.New("unknown retryOn condition")
 	ErrEndpointsUnsorted = errors.New("endpoints are not sorted and unique")
 )
 
@@ -181,6 +188,14 @@ func ServiceHosts(svc, ns string, port int32) []string {
 	return hosts
 }
 
+// What the API admits (api/v1alpha1), checked again here because plans are
+// also built from status by followers and by tests.
+var (
+	methods           = []string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"}
+	retryOnConditions = []string{"reset", "reset-before-request", "connect-failure", "refused-stream", "retriable-4xx", "gateway-error", "5xx", "envoy-ratelimited"}
+	pathPrefix        = regexp.MustCompile(`^/[^?#\s]*$`)
+)
+
 // Validate checks the plan and returns every problem, joined.
 func (p RoutePlan) Validate() error {
 	var errs []error
@@ -190,17 +205,33 @@ func (p RoutePlan) Validate() error {
 	if p.Service == "" || p.Namespace == "" {
 		errs = append(errs, ErrServiceEmpty)
 	}
+	// Names become Envoy resource names and host names: what the API server
+	// admits, and nothing Envoy would refuse (FuzzPlanToEnvoy found a
+	// Service name that was not UTF-8).
+	for what, name := range map[string]string{"namespace": p.Namespace, "service": p.Service} {
+		if name != "" && len(validation.IsDNS1123Label(name)) > 0 {
+			errs = append(errs, fmt.Errorf("%w: %s %q", ErrNameInvalid, what, name))
+		}
+	}
+	if ns, name, ok := strings.Cut(p.Name, "/"); ok && name != "" && (ns != p.Namespace || len(validation.IsDNS1123Subdomain(name)) > 0) {
+		errs = append(errs, fmt.Errorf("%w: policy %q", ErrNameInvalid, p.Name))
+	}
 	if p.Port < 1 || p.Port > 65535 {
 		errs = append(errs, ErrPortInvalid)
 	}
 	if len(p.Hosts) == 0 {
 		errs = append(errs, ErrNoHosts)
 	}
-	if !strings.HasPrefix(p.Match.PathPrefix, "/") {
+	if len(p.Match.PathPrefix) > 1024 || !pathPrefix.MatchString(p.Match.PathPrefix) || !utf8.ValidString(p.Match.PathPrefix) {
 		errs = append(errs, ErrPathPrefix)
 	}
 	if len(p.Match.Methods) == 0 {
 		errs = append(errs, ErrNoMethods)
+	}
+	for _, m := range p.Match.Methods {
+		if !slices.Contains(methods, m) {
+			errs = append(errs, fmt.Errorf("%w: %q", ErrMethodUnknown, m))
+		}
 	}
 	if h := p.Hedge; h != nil {
 		if h.Delay <= 0 {
@@ -211,6 +242,11 @@ func (p RoutePlan) Validate() error {
 		}
 		if len(h.RetryOn) == 0 {
 			errs = append(errs, ErrRetryOnEmpty)
+		}
+		for _, c := range h.RetryOn {
+			if !slices.Contains(retryOnConditions, c) {
+				errs = append(errs, fmt.Errorf("%w: %q", ErrRetryOnUnknown, c))
+			}
 		}
 	}
 	if p.Budget.Percent < 1 || p.Budget.Percent > 100 {

@@ -167,3 +167,37 @@ func TestHostsNeverCrossNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRefusesWhatEnvoyWould: a plan holds only what the API admits,
+// so that whatever passes Validate translates (FuzzPlanToEnvoy found a
+// Service name that was not UTF-8, which Envoy's resources refuse).
+func TestValidateRefusesWhatEnvoyWould(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*RoutePlan)
+		want   error
+	}{
+		{"service not UTF-8", func(p *RoutePlan) { p.Service = "\xff" }, ErrNameInvalid},
+		{"service upper case", func(p *RoutePlan) { p.Service = "Web" }, ErrNameInvalid},
+		{"namespace with a dot", func(p *RoutePlan) { p.Namespace = "a.b" }, ErrNameInvalid},
+		{"policy in another namespace", func(p *RoutePlan) { p.Name = "other/web-hedge" }, ErrNameInvalid},
+		{"policy name with a space", func(p *RoutePlan) { p.Name = "shop/web hedge" }, ErrNameInvalid},
+		{"unknown method", func(p *RoutePlan) { p.Match.Methods = []string{"GET", "TRACE"} }, ErrMethodUnknown},
+		{"unknown retryOn", func(p *RoutePlan) { p.Hedge.RetryOn = []string{"sometimes"} }, ErrRetryOnUnknown},
+		{"prefix with a query", func(p *RoutePlan) { p.Match.PathPrefix = "/a?b" }, ErrPathPrefix},
+		{"prefix with a space", func(p *RoutePlan) { p.Match.PathPrefix = "/a b" }, ErrPathPrefix},
+		{"prefix not UTF-8", func(p *RoutePlan) { p.Match.PathPrefix = "/\xff" }, ErrPathPrefix},
+		{"prefix too long", func(p *RoutePlan) { p.Match.PathPrefix = "/" + strings.Repeat("a", 1024) }, ErrPathPrefix},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlan("shop", "web", 80)
+			tc.mutate(&p)
+			if err := p.Validate(); !errors.Is(err, tc.want) {
+				t.Errorf("Validate() = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if err := testPlan("shop", "web", 80).Validate(); err != nil {
+		t.Errorf("a plain plan: %v", err)
+	}
+}

@@ -92,21 +92,29 @@ func readGolden[M proto.Message](t *testing.T, name, kind string, newMsg func() 
 	return out
 }
 
-// staticBootstrap turns one golden case into a bootstrap Envoy can load without
-// a control plane: the route configuration inline in the listener, and each
-// EDS cluster a STATIC cluster carrying its load assignment.
+// staticBootstrap turns one golden case into a bootstrap Envoy can load
+// without a control plane (staticBootstrapOf).
 func staticBootstrap(t *testing.T, name string) *bootstrapv3.Bootstrap {
 	t.Helper()
-	listeners := readGolden(t, name, "listeners", func() *listenerv3.Listener { return &listenerv3.Listener{} })
-	routes := readGolden(t, name, "routes", func() *routev3.RouteConfiguration { return &routev3.RouteConfiguration{} })
-	clusters := readGolden(t, name, "clusters", func() *clusterv3.Cluster { return &clusterv3.Cluster{} })
-	endpoints := readGolden(t, name, "endpoints", func() *endpointv3.ClusterLoadAssignment { return &endpointv3.ClusterLoadAssignment{} })
+	return staticBootstrapOf(t, &Resources{
+		Listeners: readGolden(t, name, "listeners", func() *listenerv3.Listener { return &listenerv3.Listener{} }),
+		Routes:    readGolden(t, name, "routes", func() *routev3.RouteConfiguration { return &routev3.RouteConfiguration{} }),
+		Clusters:  readGolden(t, name, "clusters", func() *clusterv3.Cluster { return &clusterv3.Cluster{} }),
+		Endpoints: readGolden(t, name, "endpoints", func() *endpointv3.ClusterLoadAssignment { return &endpointv3.ClusterLoadAssignment{} }),
+	})
+}
 
+// staticBootstrapOf turns translated resources into a bootstrap Envoy can
+// load without a control plane: the route configuration inline in the
+// listener, and each EDS cluster a STATIC cluster carrying its load
+// assignment. It changes res.
+func staticBootstrapOf(t *testing.T, res *Resources) *bootstrapv3.Bootstrap {
+	t.Helper()
 	routeByName := map[string]*routev3.RouteConfiguration{}
-	for _, r := range routes {
+	for _, r := range res.Routes {
 		routeByName[r.Name] = r
 	}
-	for _, l := range listeners {
+	for _, l := range res.Listeners {
 		for _, fc := range l.FilterChains {
 			for _, f := range fc.Filters {
 				var hcm hcmv3.HttpConnectionManager
@@ -115,7 +123,7 @@ func staticBootstrap(t *testing.T, name string) *bootstrapv3.Bootstrap {
 				}
 				rc := routeByName[hcm.GetRds().GetRouteConfigName()]
 				if rc == nil {
-					t.Fatalf("listener %s refers to route configuration %q, which is not in the golden output", l.Name, hcm.GetRds().GetRouteConfigName())
+					t.Fatalf("listener %s refers to route configuration %q, which is not in the output", l.Name, hcm.GetRds().GetRouteConfigName())
 				}
 				hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
 				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
@@ -123,21 +131,21 @@ func staticBootstrap(t *testing.T, name string) *bootstrapv3.Bootstrap {
 		}
 	}
 	claByName := map[string]*endpointv3.ClusterLoadAssignment{}
-	for _, e := range endpoints {
+	for _, e := range res.Endpoints {
 		claByName[e.ClusterName] = e
 	}
-	for _, c := range clusters {
+	for _, c := range res.Clusters {
 		cla := claByName[c.GetEdsClusterConfig().GetServiceName()]
 		if cla == nil {
-			t.Fatalf("cluster %s has no load assignment in the golden output", c.Name)
+			t.Fatalf("cluster %s has no load assignment in the output", c.Name)
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.EdsClusterConfig = nil
 		c.LoadAssignment = cla
 	}
-	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: listeners, Clusters: clusters}}
+	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: res.Listeners, Clusters: res.Clusters}}
 	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("static bootstrap for %s: %v", name, err)
+		t.Fatalf("static bootstrap: %v", err)
 	}
 	return b
 }
