@@ -92,52 +92,8 @@ func (a *attemptLog) count(id string) int {
 // listener is an edge (use_remote_address) that trusts no address as
 // internal, so Envoy strips those headers from every request.
 func TestHostileClientsCannotChangeHedging(t *testing.T) {
-	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	up := newAttemptLog(t)
-	listenPort, adminPort := freePort(t), freePort(t)
-	srv := NewServer(ServerOptions{
-		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
-		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
-	})
-	addr, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stopSrv := context.WithCancel(ctx)
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Start(srvCtx) }()
-	t.Cleanup(func() { stopSrv(); <-srvDone })
-
-	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
-	ep := newBackendEndpoint(t, up.srv.Listener.Addr().String())
-	web := plan.RoutePlan{
-		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
-		Hosts:     plan.ServiceHosts("web", "e2e", 80),
-		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
-		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
-		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
-		Endpoints: []plan.Endpoint{ep},
-	}
-	if err := srv.Publish(ctx, nil, web); err != nil {
-		t.Fatal(err)
-	}
-	srv.MarkSynced(key)
-	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "hostile-envoy", AdminPort: adminPort, ListenerPort: listenPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bootPath := filepath.Join(t.TempDir(), "bootstrap.yaml")
-	if err := os.WriteFile(bootPath, boot, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startEnvoy(t, bin, bootPath)
-	eventually(t, 60*time.Second, "Envoy to ACK", func() (bool, string) {
-		st := srv.Status(key)
-		return st.Programmed == 1, fmt.Sprintf("%+v", st)
-	})
+	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond)
 	client := &http.Client{Timeout: 10 * time.Second}
 	send := func(method, path, id string, header map[string]string) int {
 		t.Helper()
@@ -224,6 +180,58 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 	}
 }
 
+// serveOnePlan runs the xDS server with one plan for the upstream (hedging
+// methods after delay, one hedge) and a real Envoy on it, and returns the
+// Envoy listener's port once Envoy runs the plan.
+func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration) uint32 {
+	t.Helper()
+	bin := envoyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	listenPort, adminPort := freePort(t), freePort(t)
+	srv := NewServer(ServerOptions{
+		Address:   "127.0.0.1:0",
+		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
+		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+	})
+	addr, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Start(srvCtx) }()
+	t.Cleanup(func() { stopSrv(); <-srvDone })
+
+	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
+	web := plan.RoutePlan{
+		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
+		Hosts:     plan.ServiceHosts("web", "e2e", 80),
+		Match:     plan.Match{PathPrefix: "/", Methods: methods},
+		Hedge:     &plan.Hedge{Delay: delay, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
+		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
+	}
+	if err := srv.Publish(ctx, nil, web); err != nil {
+		t.Fatal(err)
+	}
+	srv.MarkSynced(key)
+	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootPath := filepath.Join(t.TempDir(), "bootstrap.yaml")
+	if err := os.WriteFile(bootPath, boot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEnvoy(t, bin, bootPath)
+	eventually(t, 60*time.Second, "Envoy to ACK", func() (bool, string) {
+		st := srv.Status(key)
+		return st.Programmed == 1, fmt.Sprintf("%+v", st)
+	})
+	return listenPort
+}
+
 func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {
 	t.Helper()
 	host, port, ok := strings.Cut(hostPort, ":")
@@ -232,4 +240,78 @@ func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {
 		t.Fatalf("upstream address %q", hostPort)
 	}
 	return plan.Endpoint{Address: host, Port: int32(p)}
+}
+
+// TestNonIdempotentNeverDuplicatedAtLoad is #14's "non-idempotent safety at
+// load": POST, PUT, PATCH and DELETE at 200 requests a second for 10 s
+// through a policy that hedges GET after 1 ms (the API's minimum), to an
+// upstream that takes 300 ms: every request executes exactly once.
+func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
+	up := newAttemptLog(t)
+	listenPort := serveOnePlan(t, up, []string{"GET", "HEAD"}, time.Millisecond)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	methods := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	const rate, length = 200, 10 * time.Second
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		byCode  = map[int]int{}
+		sent    = map[string]int{}
+		failure error
+	)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; time.Since(start) < length; i++ {
+		<-tick.C
+		method, id := methods[i%len(methods)], fmt.Sprintf("load-%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/slow", listenPort), strings.NewReader("body"))
+			if err != nil {
+				panic(err)
+			}
+			req.Host = "web.e2e"
+			req.Header.Set("x-test-id", id)
+			resp, err := client.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			sent[method]++
+			if err != nil {
+				failure = err
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			byCode[resp.StatusCode]++
+		}()
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	if failure != nil {
+		t.Fatalf("a request failed: %v", failure)
+	}
+	total := 0
+	for _, n := range sent {
+		total += n
+	}
+	if byCode[http.StatusOK] != total {
+		t.Errorf("statuses %v for %d requests, want all 200", byCode, total)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	executions, duplicated := 0, 0
+	for id, n := range up.attempts {
+		if strings.HasPrefix(id, "load-") {
+			executions += n
+			if n != 1 {
+				duplicated++
+			}
+		}
+	}
+	if executions != total || duplicated != 0 {
+		t.Errorf("%d executions at the upstream for %d requests (%d requests executed more than once), want exactly one each", executions, total, duplicated)
+	}
+	t.Logf("%d requests (%v) in %s, %d executions at the upstream, %d requests executed more than once", total, sent, length, executions, duplicated)
 }
