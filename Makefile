@@ -72,6 +72,10 @@ test-unit: ## Unit tests plus the CEL, reconciler, xDS-with-Envoy and estimator-
 test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, the k6 A/B through Envoy, saturation.
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
 
+.PHONY: test-chaos
+test-chaos: ## Faults on the local stack (about 12 minutes): operator killed under load and restarted, Prometheus down 5 minutes.
+	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -timeout 40m -v
+
 FUZZTIME ?= 60s
 
 .PHONY: fuzz

@@ -31,9 +31,14 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -77,6 +82,13 @@ type BootstrapOptions struct {
 	// Default 127.0.0.1:9901.
 	AdminAddress string
 	AdminPort    uint32
+	// StatsAddress and StatsPort, when StatsPort is set, add a listener that
+	// serves only the admin interface's /stats/prometheus and /ready, so the
+	// admin interface itself can stay on loopback: anyone who reaches it can
+	// call /quitquitquit or /healthcheck/fail. StatsAddress defaults to
+	// 0.0.0.0.
+	StatsAddress string
+	StatsPort    uint32
 	// ListenerPort is the port the xDS server programs for the HTTP listener.
 	// Envoy gets the listener over LDS; the port is recorded in the node
 	// metadata only, so a mismatch with the server shows in its log. 0 leaves
@@ -146,6 +158,17 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 			}},
 		},
 	}
+	if opts.StatsPort != 0 {
+		if opts.StatsAddress == "" {
+			opts.StatsAddress = "0.0.0.0"
+		}
+		l, c, err := statsListener(opts.StatsAddress, opts.StatsPort, opts.AdminAddress, opts.AdminPort)
+		if err != nil {
+			return nil, err
+		}
+		b.StaticResources.Listeners = append(b.StaticResources.Listeners, l)
+		b.StaticResources.Clusters = append(b.StaticResources.Clusters, c)
+	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
@@ -167,9 +190,10 @@ var KeptStats = []string{
 	`^cluster\.tailcut_[^.]+\.(upstream_rq_(total|retry|retry_overflow|timeout|time)|membership_healthy|update_(success|rejected))$`,
 	// The listener's traffic and its routes' updates.
 	`^http\.` + StatPrefix + `\.(downstream_rq_(total|time|[1-5]xx)|rds\..+)$`,
-	// xDS health: listener and cluster updates, the ADS connection.
-	`^listener_manager\.(lds\..+|total_listeners_active)$`,
-	`^cluster_manager\.(cds\..+|active_clusters)$`,
+	// xDS health: listener and cluster updates, what they changed, the ADS
+	// connection.
+	`^listener_manager\.(lds\..+|total_listeners_active|listener_(added|modified|removed))$`,
+	`^cluster_manager\.(cds\..+|active_clusters|cluster_(added|modified|removed))$`,
 	`^control_plane\..+$`,
 	`^server\.(live|state|uptime|memory_allocated|memory_heap_size|total_connections|concurrency|version)$`,
 }
@@ -180,6 +204,66 @@ func keptStats() []*matcherv3.StringMatcher {
 		out = append(out, regexMatcher(re))
 	}
 	return out
+}
+
+// Names of the stats listener and the cluster behind it.
+const (
+	StatsListenerName = "tailcut_stats"
+	adminClusterName  = "tailcut_admin"
+)
+
+// statsListener serves GET /stats/prometheus and /ready from the admin
+// interface, and nothing else (404), on its own address.
+func statsListener(addr string, port uint32, adminAddr string, adminPort uint32) (*listenerv3.Listener, *clusterv3.Cluster, error) {
+	toAdmin := func(path string) *routev3.Route {
+		return &routev3.Route{
+			Match: &routev3.RouteMatch{
+				PathSpecifier: &routev3.RouteMatch_Path{Path: path},
+				Headers:       []*routev3.HeaderMatcher{exactHeader(":method", "GET")},
+			},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: adminClusterName}}},
+		}
+	}
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+		StatPrefix: "stats",
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: StatsListenerName,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name: StatsListenerName, Domains: []string{"*"},
+				Routes: []*routev3.Route{toAdmin("/stats/prometheus"), toAdmin("/ready"), {
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 404}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       wellknown.Router,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
+		}},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &listenerv3.Listener{
+		Name:    StatsListenerName,
+		Address: socketAddress(addr, port),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name:       wellknown.HTTPConnectionManager,
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
+		}}}},
+	}
+	c := &clusterv3.Cluster{
+		Name:                 adminClusterName,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(time.Second),
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: adminClusterName,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(adminAddr, adminPort)}},
+			}}}},
+		},
+	}
+	return l, c, nil
 }
 
 // waitForever sets initial_fetch_timeout to 0 on the first listeners and
@@ -244,6 +328,7 @@ func regexMatcher(re string) *matcherv3.StringMatcher {
 //	--node-cluster name       node.cluster (default tailcut)
 //	--admin-address ip        Envoy admin address (default 127.0.0.1)
 //	--admin-port n            Envoy admin port (default 9901)
+//	--stats-port n            serve only /stats/prometheus and /ready on this port (0.0.0.0), so the admin interface can stay on loopback (default: none)
 //	--listener-port n         the listener port tailcut programs, for the node metadata (default 10000)
 //	--output path             write to this file instead of out
 func BootstrapCommand(args []string, out io.Writer) error {
@@ -254,6 +339,7 @@ func BootstrapCommand(args []string, out io.Writer) error {
 		opts       BootstrapOptions
 		adminPort  uint
 		listenPort uint
+		statsPort  uint
 		output     string
 	)
 	fs.StringVar(&opts.XDSAddress, "xds-address", "", "host:port of tailcut's xDS server (required)")
@@ -261,6 +347,7 @@ func BootstrapCommand(args []string, out io.Writer) error {
 	fs.StringVar(&opts.NodeCluster, "node-cluster", DefaultNodeCluster, "node cluster of this proxy")
 	fs.StringVar(&opts.AdminAddress, "admin-address", DefaultAdminAddress, "address of Envoy's admin interface")
 	fs.UintVar(&adminPort, "admin-port", DefaultAdminPort, "port of Envoy's admin interface")
+	fs.UintVar(&statsPort, "stats-port", 0, "port of a listener that serves only /stats/prometheus and /ready from the admin interface (0: none)")
 	fs.UintVar(&listenPort, "listener-port", DefaultListenerPort, "port of the HTTP listener tailcut programs (recorded in the node metadata)")
 	fs.StringVar(&output, "output", "", "write the bootstrap to this file instead of standard output")
 	if err := fs.Parse(args); err != nil {
@@ -272,10 +359,10 @@ func BootstrapCommand(args []string, out io.Writer) error {
 	if opts.XDSAddress == "" {
 		return errors.New("bootstrap: --xds-address is required")
 	}
-	if adminPort == 0 || adminPort > 65535 || listenPort > 65535 {
+	if adminPort == 0 || adminPort > 65535 || listenPort > 65535 || statsPort > 65535 {
 		return errors.New("bootstrap: ports must be between 1 and 65535")
 	}
-	opts.AdminPort, opts.ListenerPort = uint32(adminPort), uint32(listenPort)
+	opts.AdminPort, opts.ListenerPort, opts.StatsPort = uint32(adminPort), uint32(listenPort), uint32(statsPort)
 	b, err := Bootstrap(opts)
 	if err != nil {
 		return err

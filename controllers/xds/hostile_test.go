@@ -183,7 +183,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 // serveOnePlan runs the xDS server with one plan for the upstream (hedging
 // methods after delay, one hedge) and a real Envoy on it, and returns the
 // Envoy listener's port once Envoy runs the plan.
-func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration) uint32 {
+func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration, bootstrap ...func(*BootstrapOptions)) uint32 {
 	t.Helper()
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -216,7 +216,11 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 		t.Fatal(err)
 	}
 	srv.MarkSynced(key)
-	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort})
+	bo := BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort}
+	for _, f := range bootstrap {
+		f(&bo)
+	}
+	boot, err := Bootstrap(bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,4 +318,56 @@ func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
 		t.Errorf("%d executions at the upstream for %d requests (%d requests executed more than once), want exactly one each", executions, total, duplicated)
 	}
 	t.Logf("%d requests (%v) in %s, %d executions at the upstream, %d requests executed more than once", total, sent, length, executions, duplicated)
+}
+
+// TestStatsListenerServesOnlyStats: with the admin interface on loopback,
+// the stats listener is what Prometheus and the readiness probe reach. It
+// answers GET /stats/prometheus and /ready, and nothing else: the admin
+// interface's /quitquitquit and /healthcheck/fail are not reachable through
+// it, and Envoy keeps serving.
+func TestStatsListenerServesOnlyStats(t *testing.T) {
+	up := newAttemptLog(t)
+	statsPort, adminPort := freePort(t), freePort(t)
+	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond, func(o *BootstrapOptions) {
+		o.AdminAddress, o.AdminPort, o.StatsAddress, o.StatsPort = "127.0.0.1", adminPort, "127.0.0.1", statsPort
+	})
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d%s", statsPort, path), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := call(http.MethodGet, "/stats/prometheus"); code != 200 || !strings.Contains(body, "envoy_cluster_upstream_rq_total") {
+		t.Errorf("GET /stats/prometheus: %d, Envoy's stats missing (%d bytes)", code, len(body))
+	}
+	if code, body := call(http.MethodGet, "/ready"); code != 200 || !strings.Contains(body, "LIVE") {
+		t.Errorf("GET /ready: %d %q", code, body)
+	}
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, "/quitquitquit"}, {http.MethodPost, "/healthcheck/fail"}, {http.MethodGet, "/config_dump"},
+		{http.MethodPost, "/stats/prometheus"}, {http.MethodPost, "/logging?level=trace"}, {http.MethodPost, "/runtime_modify?a=b"},
+	} {
+		if code, _ := call(c.method, c.path); code != http.StatusNotFound {
+			t.Errorf("%s %s through the stats listener: %d, want 404", c.method, c.path, code)
+		}
+	}
+	// Envoy still runs and serves its routes.
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", listenPort), nil)
+	req.Host = "web.e2e"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("Envoy after the admin calls: %v %v", err, resp)
+	}
+	_ = resp.Body.Close()
+	if code, body := call(http.MethodGet, "/ready"); code != 200 {
+		t.Errorf("GET /ready after the calls: %d %q (healthcheck failed?)", code, body)
+	}
 }

@@ -176,6 +176,7 @@ func TestBootstrapEnvoyValidate(t *testing.T) {
 		"in-cluster": {XDSAddress: "tailcut.tailcut-system.svc:18000", NodeID: "envoy-0"},
 		"loopback":   {XDSAddress: "127.0.0.1:18000", NodeID: "test", AdminPort: 19000, ListenerPort: 10080},
 		"ipv6":       {XDSAddress: "[::1]:18000", NodeID: "test"},
+		"stats":      {XDSAddress: "tailcut.tailcut-system.svc:18000", NodeID: "envoy-0", StatsPort: 9902},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, err := Bootstrap(opts)

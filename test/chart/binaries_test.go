@@ -126,7 +126,7 @@ func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
 		t.Fatalf("tailcut %v: %v\n%s", args, err, out)
 	}
 	b := string(mustRead(t, bootstrap))
-	for _, want := range []string{"tailcut.chart-demo.svc", "18000", "0.0.0.0", "9901", "tailcut-proxy-abc"} {
+	for _, want := range []string{"tailcut.chart-demo.svc", "18000", "9901", "9902", "tailcut_stats", "tailcut-proxy-abc"} {
 		if !strings.Contains(b, want) {
 			t.Errorf("the bootstrap lacks %q:\n%s", want, b)
 		}

@@ -376,3 +376,56 @@ func TestChartReadmeListsEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// The operator's NetworkPolicy opens its xDS port to the chart's proxies (and
+// networkPolicy.xdsClients) only, and its metrics and probes to all.
+func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
+	for _, tc := range []struct {
+		v        valueSet
+		xdsPeers int
+	}{
+		{valueSets[0], 1},
+		{valueSet{name: "np-extra", set: []string{"networkPolicy.xdsClients[0].namespaceSelector.matchLabels.team=edge"}}, 2},
+		{valueSet{name: "np-off", set: []string{"networkPolicy.enabled=false"}}, -1},
+	} {
+		t.Run(tc.v.name, func(t *testing.T) {
+			var np *unstructured.Unstructured
+			for _, o := range render(t, tc.v) {
+				if o.GetKind() == "NetworkPolicy" {
+					np = o
+				}
+			}
+			if tc.xdsPeers < 0 {
+				if np != nil {
+					t.Fatal("a NetworkPolicy rendered with networkPolicy.enabled=false")
+				}
+				return
+			}
+			if np == nil {
+				t.Fatal("no NetworkPolicy")
+			}
+			sel, _, _ := unstructured.NestedStringMap(np.Object, "spec", "podSelector", "matchLabels")
+			if sel["app.kubernetes.io/component"] != "operator" {
+				t.Errorf("the policy selects %v, want the operator", sel)
+			}
+			rules, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+			if len(rules) != 2 {
+				t.Fatalf("%d ingress rules, want 2 (xDS; metrics and probes)", len(rules))
+			}
+			xds := rules[0].(map[string]any)
+			ports := xds["ports"].([]any)
+			from, _ := xds["from"].([]any)
+			if len(ports) != 1 || ports[0].(map[string]any)["port"] != "grpc-xds" || len(from) != tc.xdsPeers {
+				t.Errorf("xDS rule %v: want port grpc-xds from %d peers", xds, tc.xdsPeers)
+			}
+			proxy := from[0].(map[string]any)["podSelector"].(map[string]any)["matchLabels"].(map[string]any)
+			if proxy["app.kubernetes.io/component"] != "proxy" {
+				t.Errorf("the xDS port's first peer is %v, want the chart's proxies", proxy)
+			}
+			open := rules[1].(map[string]any)
+			if _, limited := open["from"]; limited || len(open["ports"].([]any)) != 2 {
+				t.Errorf("metrics and probes rule %v: want both ports, from anywhere", open)
+			}
+		})
+	}
+}

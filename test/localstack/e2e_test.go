@@ -59,11 +59,17 @@ func freePorts(t *testing.T) Ports {
 
 func startStack(t *testing.T, scenario string) (*Stack, context.Context) {
 	t.Helper()
+	return startStackWithin(t, scenario, 10*time.Minute)
+}
+
+// startStackWithin starts the stack for a test that lasts at most timeout.
+func startStackWithin(t *testing.T, scenario string, timeout time.Duration) (*Stack, context.Context) {
+	t.Helper()
 	sc, err := LookupScenario(scenario)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	dir, err := os.MkdirTemp("", "tailcut-e2e-"+scenario+"-")
 	if err != nil {

@@ -70,11 +70,15 @@ type Options struct {
 
 // Stack is a running local stack.
 type Stack struct {
-	opts   Options
-	env    *envtest.Environment
-	Client client.Client
-	procs  []*proc
-	bins   map[string]string
+	// operatorArgs, operatorEnv and prometheusArgs start those again after a
+	// fault (chaos.go).
+	operatorArgs, operatorEnv, prometheusArgs []string
+	restarts                                  int
+	opts                                      Options
+	env                                       *envtest.Environment
+	Client                                    client.Client
+	procs                                     []*proc
+	bins                                      map[string]string
 }
 
 // ToolEnv names the environment variables that carry the pinned tools' paths; the
@@ -255,14 +259,18 @@ scrape_configs:
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	proc, err := startProc("prometheus", s.dir("logs"), nil, s.bins["prometheus"],
-		"--config.file="+path, "--storage.tsdb.path="+s.dir("prometheus"), "--web.listen-address="+addr(p.Prometheus),
-		"--storage.tsdb.retention.time=1d")
+	s.prometheusArgs = []string{"--config.file=" + path, "--storage.tsdb.path=" + s.dir("prometheus"), "--web.listen-address=" + addr(p.Prometheus),
+		"--storage.tsdb.retention.time=1d"}
+	return s.runPrometheus(ctx, "prometheus")
+}
+
+func (s *Stack) runPrometheus(ctx context.Context, name string) error {
+	proc, err := startProc(name, s.dir("logs"), nil, s.bins["prometheus"], s.prometheusArgs...)
 	if err != nil {
 		return err
 	}
 	s.procs = append(s.procs, proc)
-	return waitHTTP(ctx, proc, "http://"+addr(p.Prometheus)+"/-/ready", 60*time.Second)
+	return waitHTTP(ctx, proc, "http://"+addr(s.opts.Ports.Prometheus)+"/-/ready", 60*time.Second)
 }
 
 func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
@@ -275,16 +283,21 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 	if err := os.WriteFile(s.dir("hosts"), []byte(hosts), 0o644); err != nil {
 		return err
 	}
-	proc, err := startProc("tailcut", s.dir("logs"), []string{"KUBECONFIG=" + kubeconfig}, s.bins["tailcut"],
-		"--hosts-file="+s.dir("hosts"),
-		"--metrics-bind-address="+addr(p.Metrics), "--health-probe-bind-address="+addr(p.Probe),
-		"--xds-address="+addr(p.XDS), "--prometheus-url=http://"+addr(p.Prometheus),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(p.Listener))
+	s.operatorEnv = []string{"KUBECONFIG=" + kubeconfig}
+	s.operatorArgs = []string{"--hosts-file=" + s.dir("hosts"),
+		"--metrics-bind-address=" + addr(p.Metrics), "--health-probe-bind-address=" + addr(p.Probe),
+		"--xds-address=" + addr(p.XDS), "--prometheus-url=http://" + addr(p.Prometheus),
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener)}
+	return s.runOperator(ctx, "tailcut")
+}
+
+func (s *Stack) runOperator(ctx context.Context, name string) error {
+	proc, err := startProc(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], s.operatorArgs...)
 	if err != nil {
 		return err
 	}
 	s.procs = append(s.procs, proc)
-	return waitHTTP(ctx, proc, "http://"+addr(p.Probe)+"/readyz", 60*time.Second)
+	return waitHTTP(ctx, proc, "http://"+addr(s.opts.Ports.Probe)+"/readyz", 60*time.Second)
 }
 
 func (s *Stack) startEnvoy(ctx context.Context) error {

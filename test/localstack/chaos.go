@@ -1,0 +1,83 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Faults for the chaos tests: each acts on one process of the stack, by PID.
+
+// KillOperator kills the operator at once (SIGKILL), as a lost node would.
+func (s *Stack) KillOperator() error { return s.kill("tailcut") }
+
+// RestartOperator starts the operator again, with the same flags, and waits
+// until it is ready (it serves xDS only after its first full translation).
+func (s *Stack) RestartOperator(ctx context.Context) error {
+	s.restarts++
+	return s.runOperator(ctx, fmt.Sprintf("tailcut-restart-%d", s.restarts))
+}
+
+// StopPrometheus stops Prometheus (SIGTERM); StartPrometheus starts it again
+// on the same port and data.
+func (s *Stack) StopPrometheus() error {
+	p := s.running("prometheus")
+	if p == nil {
+		return fmt.Errorf("prometheus is not running")
+	}
+	p.stop(10 * time.Second)
+	s.forget(p)
+	return nil
+}
+
+// StartPrometheus starts Prometheus again after StopPrometheus.
+func (s *Stack) StartPrometheus(ctx context.Context) error {
+	s.restarts++
+	return s.runPrometheus(ctx, fmt.Sprintf("prometheus-restart-%d", s.restarts))
+}
+
+func (s *Stack) kill(name string) error {
+	p := s.running(name)
+	if p == nil {
+		return fmt.Errorf("%s is not running", name)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-p.done
+	s.forget(p)
+	return nil
+}
+
+// running is the live process whose name is name or a restart of it.
+func (s *Stack) running(name string) *proc {
+	for _, p := range s.procs {
+		if done, _ := p.exited(); !done && (p.name == name || strings.HasPrefix(p.name, name+"-restart-")) {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *Stack) forget(p *proc) {
+	s.procs = slices.DeleteFunc(s.procs, func(q *proc) bool { return q == p })
+}
