@@ -51,7 +51,7 @@ func renderCustom(text string, data map[string]any) (string, error) {
 		return "", &templateError{problem: "the template does not parse", err: err}
 	}
 	if t.Tree != nil {
-		for _, n := range t.Tree.Root.Nodes {
+		for _, n := range t.Root.Nodes {
 			if err := plainNode(n); err != nil {
 				return "", &templateError{problem: "the template may use only " + variableList(), err: err}
 			}

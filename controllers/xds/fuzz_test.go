@@ -103,12 +103,11 @@ func FuzzPlanToEnvoy(f *testing.F) {
 		}
 		hedged := res.Routes[0].VirtualHosts[0].Routes[1].GetRoute()
 		rp := hedged.GetRetryPolicy()
-		switch {
-		case p.Hedge == nil:
+		if p.Hedge == nil {
 			if rp.GetNumRetries().GetValue() != 0 || hedged.GetHedgePolicy().GetHedgeOnPerTryTimeout() {
 				t.Fatalf("plan %s without hedging: route retries %d, hedges %v", p.Name, rp.GetNumRetries().GetValue(), hedged.GetHedgePolicy())
 			}
-		default:
+		} else {
 			if rp.GetPerTryTimeout().AsDuration() != p.Hedge.Delay || rp.GetNumRetries().GetValue() != uint32(p.Hedge.MaxHedges) || !hedged.GetHedgePolicy().GetHedgeOnPerTryTimeout() {
 				t.Fatalf("plan %s: per_try_timeout %s, num_retries %d, want %s and %d, hedged", p.Name, rp.GetPerTryTimeout().AsDuration(), rp.GetNumRetries().GetValue(), p.Hedge.Delay, p.Hedge.MaxHedges)
 			}
