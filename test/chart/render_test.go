@@ -384,9 +384,9 @@ func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
 		v        valueSet
 		xdsPeers int
 	}{
-		{valueSets[0], 1},
-		{valueSet{name: "np-extra", set: []string{"networkPolicy.xdsClients[0].namespaceSelector.matchLabels.team=edge"}}, 2},
-		{valueSet{name: "np-off", set: []string{"networkPolicy.enabled=false"}}, -1},
+		{valueSets[0], -1}, // off by default
+		{valueSet{name: "np-on", set: []string{"networkPolicy.enabled=true"}}, 1},
+		{valueSet{name: "np-extra", set: []string{"networkPolicy.enabled=true", "networkPolicy.xdsClients[0].namespaceSelector.matchLabels.team=edge"}}, 2},
 	} {
 		t.Run(tc.v.name, func(t *testing.T) {
 			var np *unstructured.Unstructured
@@ -397,7 +397,7 @@ func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
 			}
 			if tc.xdsPeers < 0 {
 				if np != nil {
-					t.Fatal("a NetworkPolicy rendered with networkPolicy.enabled=false")
+					t.Fatal("a NetworkPolicy rendered although networkPolicy.enabled is false")
 				}
 				return
 			}
