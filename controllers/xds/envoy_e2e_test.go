@@ -244,16 +244,11 @@ func (l latencies) String() string {
 		l.quantile(0.5).Round(100*time.Microsecond), l.quantile(0.9).Round(100*time.Microsecond), slices.Max(l).Round(100*time.Microsecond))
 }
 
-// TestEnvoyEndToEnd runs the xDS server against a real Envoy and three
-// backends, one of them slow, and checks that hedging hides the slow one.
-func TestEnvoyEndToEnd(t *testing.T) {
-	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	slow, fast1, fast2 := newBackend(t, slowDelay), newBackend(t, 0), newBackend(t, 0)
-	listenPort, adminPort := freePort(t), freePort(t)
-
+// startServer runs an xDS server that programs the listener on
+// 127.0.0.1:listenPort until the test ends. It returns the server, where it
+// listens, and a context that ends when it stops.
+func startServer(t *testing.T, ctx context.Context, listenPort uint32) (*Server, net.Addr, context.Context) {
+	t.Helper()
 	srv := NewServer(ServerOptions{
 		Address:   "127.0.0.1:0",
 		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
@@ -274,6 +269,20 @@ func TestEnvoyEndToEnd(t *testing.T) {
 			t.Error("xDS server did not stop")
 		}
 	})
+	return srv, addr, srvCtx
+}
+
+// TestEnvoyEndToEnd runs the xDS server against a real Envoy and three
+// backends, one of them slow, and checks that hedging hides the slow one.
+func TestEnvoyEndToEnd(t *testing.T) {
+	bin := envoyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	slow, fast1, fast2 := newBackend(t, slowDelay), newBackend(t, 0), newBackend(t, 0)
+	listenPort, adminPort := freePort(t), freePort(t)
+
+	srv, addr, srvCtx := startServer(t, ctx, listenPort)
 	var eventsSeen atomic.Int64
 	go func() {
 		for {

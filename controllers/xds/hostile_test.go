@@ -29,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -189,19 +188,7 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	listenPort, adminPort := freePort(t), freePort(t)
-	srv := NewServer(ServerOptions{
-		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
-		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
-	})
-	addr, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stopSrv := context.WithCancel(ctx)
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Start(srvCtx) }()
-	t.Cleanup(func() { stopSrv(); <-srvDone })
+	srv, addr, _ := startServer(t, ctx, listenPort)
 
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
 	web := plan.RoutePlan{

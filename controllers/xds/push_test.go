@@ -33,20 +33,8 @@ import (
 // Envoy, which re-read up to 2,000 clusters on every push), and each is
 // served once the changes pause.
 func TestPushesAreDebounced(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := NewServer(ServerOptions{Address: "127.0.0.1:0", Logger: logr.Discard(), PushDebounce: 200 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- s.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	waitFor(t, "the push loop", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.pushing })
-	s.MarkSynced()
-	waitFor(t, "the first, empty snapshot", func() bool { return s.Version() != "" })
+	ctx := context.Background()
+	s := startDebounced(t)
 
 	before := testutil.ToFloat64(pushesTotal)
 	plans := scalePlans(t, 100)
@@ -89,6 +77,26 @@ func TestPushesAreDebounced(t *testing.T) {
 	}
 }
 
+// startDebounced runs a server with a 200ms push debounce until the test
+// ends, synced with no policy and serving its first, empty snapshot.
+func startDebounced(t *testing.T) *Server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := NewServer(ServerOptions{Address: "127.0.0.1:0", Logger: logr.Discard(), PushDebounce: 200 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitFor(t, "the push loop", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.pushing })
+	s.MarkSynced()
+	waitFor(t, "the first, empty snapshot", func() bool { return s.Version() != "" })
+	return s
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -106,20 +114,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // 1,000-policy apply take 18 to 29 s, the reconcile workers waiting on each
 // other. A plan that cannot be served is still refused by Publish itself.
 func TestDeferredPublishTranslatesEachPlanOnce(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := NewServer(ServerOptions{Address: "127.0.0.1:0", Logger: logr.Discard(), PushDebounce: 200 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- s.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	waitFor(t, "the push loop", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.pushing })
-	s.MarkSynced()
-	waitFor(t, "the first, empty snapshot", func() bool { return s.Version() != "" })
+	ctx := context.Background()
+	s := startDebounced(t)
 
 	plans := scalePlans(t, 100)
 	translations, assemblies, pushes := testutil.ToFloat64(translationsTotal), testutil.ToFloat64(assembliesTotal), testutil.ToFloat64(pushesTotal)

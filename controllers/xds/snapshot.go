@@ -148,16 +148,22 @@ func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy
 func (s *Server) Remove(ctx context.Context, key k8stypes.NamespacedName) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
-	next := s.planSet()
-	if _, ok := next[key]; ok {
+	s.mu.Lock()
+	_, held := s.plans[key]
+	deferring := s.pushing
+	if held && deferring {
+		delete(s.plans, key)
+		s.stale = true
+	}
+	s.mu.Unlock()
+	switch {
+	case !held:
+	case deferring:
+		s.kickPush()
+	default:
+		next := s.planSet()
 		delete(next, key)
-		if s.deferring() {
-			s.mu.Lock()
-			delete(s.plans, key)
-			s.stale = true
-			s.mu.Unlock()
-			s.kickPush()
-		} else if err := s.applyLocked(ctx, next); err != nil {
+		if err := s.applyLocked(ctx, next); err != nil {
 			return fmt.Errorf("xds: removing %s: %w", key, err)
 		}
 	}
