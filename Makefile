@@ -73,7 +73,7 @@ test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, 
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
 
 .PHONY: test-chaos
-test-chaos: ## Faults on the local stack (about 12 minutes): operator killed under load and restarted, Prometheus down 5 minutes.
+test-chaos: ## Faults on the local stack (about 10 minutes): operator killed under load and restarted, leader failover, Prometheus down 5 minutes.
 	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -timeout 40m -v
 
 FUZZTIME ?= 60s

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,47 @@ func (s *Stack) KillOperator() error { return s.kill("tailcut") }
 func (s *Stack) RestartOperator(ctx context.Context) error {
 	s.restarts++
 	return s.runOperator(ctx, fmt.Sprintf("tailcut-restart-%d", s.restarts))
+}
+
+// ReplicaPorts are a second operator replica's own ports, and those of the
+// Envoy that follows it.
+type ReplicaPorts struct {
+	XDS, Metrics, Probe, Listener, Admin int
+}
+
+// StartReplica starts a second operator replica (Options.LeaderElect) on the
+// same API server, with its own xDS, metrics and probe ports and its own
+// listener port for its Envoys, and an Envoy on it. It returns once both are
+// ready: a replica that is not the leader serves the leader's decisions.
+func (s *Stack) StartReplica(ctx context.Context, name string, p ReplicaPorts) error {
+	if !s.opts.LeaderElect {
+		return fmt.Errorf("a second replica needs Options.LeaderElect")
+	}
+	args := make([]string, 0, len(s.operatorArgs))
+	for _, a := range s.operatorArgs {
+		switch {
+		case strings.HasPrefix(a, "--xds-address="):
+			a = "--xds-address=" + addr(p.XDS)
+		case strings.HasPrefix(a, "--metrics-bind-address="):
+			a = "--metrics-bind-address=" + addr(p.Metrics)
+		case strings.HasPrefix(a, "--health-probe-bind-address="):
+			a = "--health-probe-bind-address=" + addr(p.Probe)
+		case strings.HasPrefix(a, "--envoy-listener-port="):
+			a = "--envoy-listener-port=" + strconv.Itoa(p.Listener)
+		case strings.HasPrefix(a, "--replica-name="):
+			a = "--replica-name=" + name
+		}
+		args = append(args, a)
+	}
+	proc, err := startProc(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], args...)
+	if err != nil {
+		return err
+	}
+	s.procs = append(s.procs, proc)
+	if err := waitHTTP(ctx, proc, "http://"+addr(p.Probe)+"/readyz", 60*time.Second); err != nil {
+		return err
+	}
+	return s.runEnvoy(ctx, name+"-envoy", p.XDS, p.Listener, p.Admin)
 }
 
 // StopPrometheus stops Prometheus (SIGTERM); StartPrometheus starts it again

@@ -30,8 +30,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -244,6 +247,103 @@ func TestChaosOperatorKilledAndRestarted(t *testing.T) {
 	for _, k := range []string{"cluster_manager.cds.version_text", "listener_manager.lds.version_text", "http.tailcut.rds.tailcut_routes.version_text"} {
 		if before[k] != after[k] {
 			t.Errorf("%s moved from %q to %q across the restart", k, before[k], after[k])
+		}
+	}
+}
+
+// TestChaosLeaderFailover is #14's scenario 3: two operator replicas with
+// leader election, each with its own Envoy, 300 rps through the follower's
+// Envoy. The leader is killed (SIGKILL) and the policy edited at once. The
+// follower takes the lease within its duration (15 s, plus the 2 s retry),
+// the edit reaches its Envoy within 30 s, its Envoy adds, modifies or
+// removes no listener or cluster, and no request fails.
+func TestChaosLeaderFailover(t *testing.T) {
+	s, ctx := startStackWithin(t, "bimodal", 10*time.Minute, func(o *Options) { o.LeaderElect = true })
+	free := freePorts(t)
+	rp := ReplicaPorts{XDS: free.XDS, Metrics: free.Metrics, Probe: free.Probe, Listener: free.Listener, Admin: free.Admin}
+	if _, err := s.ApplyPolicy(ctx, func(spec *tailcutv1alpha1.HedgePolicySpec) {
+		spec.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: 20 * time.Millisecond}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartReplica(ctx, "tailcut-b", rp); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "both replicas' Envoys counted in status", 60*time.Second, func() (bool, string) {
+		p, err := s.Policy(ctx)
+		if err != nil || p.Status.Proxies == nil {
+			return false, fmt.Sprint(err)
+		}
+		return p.Status.Proxies.Connected == 2 && p.Status.Proxies.Programmed == 2, fmt.Sprintf("%+v", *p.Status.Proxies)
+	})
+	lease := func() string {
+		var l coordinationv1.Lease
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "tailcut.tailcut.io"}, &l); err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	leader := lease()
+	if leader == "" {
+		t.Fatal("no leader election lease")
+	}
+	survivor := &Stack{opts: Options{Ports: Ports{Admin: rp.Admin, Listener: rp.Listener}}}
+	statsOf := func() map[string]string { return envoyStats(t, survivor) }
+	before := statsOf()
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	l := startLoad(loadCtx, survivor, 300)
+	defer func() { stopLoad(); l.wg.Wait() }()
+	time.Sleep(20 * time.Second)
+	killed := time.Now()
+	if err := s.KillOperator(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Delay.Static = &metav1.Duration{Duration: 25 * time.Millisecond}
+	if err := s.Client.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var tookOver, live time.Duration
+	waitFor(t, ctx, "the follower to take the lease", 40*time.Second, func() (bool, string) {
+		h := lease()
+		tookOver = time.Since(killed)
+		return h != "" && h != leader, "holder " + h
+	})
+	waitFor(t, ctx, "the edit in the survivor's Envoy", 60*time.Second, func() (bool, string) {
+		resp, err := http.Get("http://" + addr(rp.Admin) + "/config_dump?resource=dynamic_route_configs")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		live = time.Since(killed)
+		return strings.Contains(string(b), `"per_try_timeout": "0.025s"`), "per_try_timeout not 25ms yet"
+	})
+	time.Sleep(10 * time.Second)
+	stopLoad()
+	l.wg.Wait()
+	after := statsOf()
+
+	t.Logf("the follower took the lease %.1f s after the leader was killed; the edit made at the kill was in its Envoy %.1f s after", tookOver.Seconds(), live.Seconds())
+	if tookOver > 17*time.Second+3*time.Second {
+		t.Errorf("the follower took over %.1f s after the kill, want within the lease (15 s) + retry (2 s) + 3 s", tookOver.Seconds())
+	}
+	if live > 30*time.Second {
+		t.Errorf("the edit made during the hand-over was live %.1f s after the kill, want within 30 s", live.Seconds())
+	}
+	sent, failed := l.count(time.Time{}, time.Now())
+	t.Logf("requests through the survivor's Envoy: %d, failed %d", sent, failed)
+	if failed > 0 || sent == 0 {
+		t.Errorf("%d of %d requests failed, want none", failed, sent)
+	}
+	for _, k := range []string{"listener_manager.listener_added", "listener_manager.listener_modified", "listener_manager.listener_removed",
+		"cluster_manager.cluster_added", "cluster_manager.cluster_modified", "cluster_manager.cluster_removed"} {
+		if d := num(after, k) - num(before, k); d != 0 {
+			t.Errorf("the survivor's Envoy: %s moved by %d across the failover, want 0", k, d)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func startStack(t *testing.T, scenario string) (*Stack, context.Context) {
 }
 
 // startStackWithin starts the stack for a test that lasts at most timeout.
-func startStackWithin(t *testing.T, scenario string, timeout time.Duration) (*Stack, context.Context) {
+func startStackWithin(t *testing.T, scenario string, timeout time.Duration, options ...func(*Options)) (*Stack, context.Context) {
 	t.Helper()
 	sc, err := LookupScenario(scenario)
 	if err != nil {
@@ -75,7 +75,11 @@ func startStackWithin(t *testing.T, scenario string, timeout time.Duration) (*St
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Start(ctx, Options{Dir: dir, Ports: freePorts(t), Scenario: sc, Log: t.Logf})
+	opts := Options{Dir: dir, Ports: freePorts(t), Scenario: sc, Log: t.Logf}
+	for _, o := range options {
+		o(&opts)
+	}
+	s, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

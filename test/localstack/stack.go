@@ -66,6 +66,9 @@ type Options struct {
 	Ports    Ports
 	Scenario Scenario
 	Log      func(format string, args ...any)
+	// LeaderElect runs the operator with leader election and the replicas'
+	// proxy reports, as the chart runs several replicas (StartReplica).
+	LeaderElect bool
 }
 
 // Stack is a running local stack.
@@ -288,6 +291,10 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 		"--metrics-bind-address=" + addr(p.Metrics), "--health-probe-bind-address=" + addr(p.Probe),
 		"--xds-address=" + addr(p.XDS), "--prometheus-url=http://" + addr(p.Prometheus),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener)}
+	if s.opts.LeaderElect {
+		s.operatorArgs = append(s.operatorArgs, "--leader-elect", "--leader-election-namespace="+Namespace,
+			"--replica-name=tailcut", "--replica-namespace="+Namespace)
+	}
 	return s.runOperator(ctx, "tailcut")
 }
 
@@ -302,23 +309,29 @@ func (s *Stack) runOperator(ctx context.Context, name string) error {
 
 func (s *Stack) startEnvoy(ctx context.Context) error {
 	p := s.opts.Ports
-	s.logf("starting Envoy (listener %s, admin %s)", addr(p.Listener), addr(p.Admin))
-	bootstrap, err := exec.CommandContext(ctx, s.bins["tailcut"], "bootstrap", "--xds-address="+addr(p.XDS),
-		"--node-id=demo-envoy", "--admin-port="+strconv.Itoa(p.Admin), "--listener-port="+strconv.Itoa(p.Listener)).Output()
+	return s.runEnvoy(ctx, "envoy", p.XDS, p.Listener, p.Admin)
+}
+
+// runEnvoy starts an Envoy on the xDS server at xdsPort, with its admin
+// interface on adminPort, and waits until it is ready.
+func (s *Stack) runEnvoy(ctx context.Context, name string, xdsPort, listenerPort, adminPort int) error {
+	s.logf("starting %s (xDS %s, listener %s, admin %s)", name, addr(xdsPort), addr(listenerPort), addr(adminPort))
+	bootstrap, err := exec.CommandContext(ctx, s.bins["tailcut"], "bootstrap", "--xds-address="+addr(xdsPort),
+		"--node-id="+name, "--admin-port="+strconv.Itoa(adminPort), "--listener-port="+strconv.Itoa(listenerPort)).Output()
 	if err != nil {
 		return fmt.Errorf("tailcut bootstrap: %w", err)
 	}
-	path := s.dir("envoy.yaml")
+	path := s.dir(name + ".yaml")
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return err
 	}
-	proc, err := startProc("envoy", s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
-		"--base-id", strconv.Itoa(p.Admin), "--log-level", "warn")
+	proc, err := startProc(name, s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
+		"--base-id", strconv.Itoa(adminPort), "--log-level", "warn")
 	if err != nil {
 		return err
 	}
 	s.procs = append(s.procs, proc)
-	return waitHTTP(ctx, proc, "http://"+addr(p.Admin)+"/ready", 60*time.Second)
+	return waitHTTP(ctx, proc, "http://"+addr(adminPort)+"/ready", 60*time.Second)
 }
 
 // Stop stops every process in reverse start order, then the API server.
