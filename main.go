@@ -77,6 +77,7 @@ func main() {
 		hostsFile              string
 		promTimeout            time.Duration
 		pushDebounce           time.Duration
+		xdsTLS                 xds.TLSFiles
 		kubeQPS                float64
 		kubeBurst              int
 		replicaName, replicaNS string
@@ -87,6 +88,9 @@ func main() {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles and writes status.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	flag.StringVar(&xdsAddr, "xds-address", xds.DefaultXDSAddress, "Address the xDS (ADS gRPC) server listens on. Empty disables the XDS publisher.")
+	flag.StringVar(&xdsTLS.CertFile, "xds-tls-cert", "", "The xDS server's certificate (PEM). With --xds-tls-key and --xds-tls-client-ca, xDS is served over mutual TLS: only proxies with a certificate the client CA signed can connect, and count in status.")
+	flag.StringVar(&xdsTLS.KeyFile, "xds-tls-key", "", "The key of --xds-tls-cert.")
+	flag.StringVar(&xdsTLS.CAFile, "xds-tls-client-ca", "", "The CA (PEM) that signs the proxies' client certificates.")
 	flag.DurationVar(&pushDebounce, "xds-push-debounce", 100*time.Millisecond, "Batch xDS pushes: push once changes pause this long (at most 1s after the first). 0 pushes every change at once.")
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
@@ -174,7 +178,15 @@ func main() {
 	}
 	var srv *xds.Server
 	if xdsAddr != "" {
+		var serverTLS *tls.Config
+		if xdsTLS.Enabled() {
+			if serverTLS, err = xds.ServerTLS(xdsTLS); err != nil {
+				log.Error(err, "invalid xDS TLS flags")
+				os.Exit(1)
+			}
+		}
 		srv = xds.NewServer(xds.ServerOptions{
+			TLS:       serverTLS,
 			Address:   xdsAddr,
 			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort)},
 			Logger:    ctrl.Log.WithName("xds"),

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"time"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -82,6 +84,10 @@ type BootstrapOptions struct {
 	// Default 127.0.0.1:9901.
 	AdminAddress string
 	AdminPort    uint32
+	// TLS, when enabled, connects to the xDS server over mutual TLS: this
+	// proxy's certificate and key, and the CA that signs the server's, whose
+	// certificate must name the host of XDSAddress.
+	TLS TLSFiles
 	// StatsAddress and StatsPort, when StatsPort is set, add a listener that
 	// serves only the admin interface's /stats/prometheus and /ready, so the
 	// admin interface itself can stay on loopback: anyone who reaches it can
@@ -114,6 +120,11 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 	if opts.NodeCluster == "" {
 		opts.NodeCluster = DefaultNodeCluster
 	}
+	if opts.TLS.Enabled() {
+		if err := opts.TLS.check(); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
 	if opts.AdminAddress == "" {
 		opts.AdminAddress = DefaultAdminAddress
 	}
@@ -145,7 +156,7 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 			CdsConfig: waitForever(adsSource()),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
-			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port))},
+			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port), opts.TLS)},
 		},
 		Admin: &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
 		StatsConfig: &metricsv3.StatsConfig{
@@ -277,12 +288,38 @@ func waitForever(src *corev3.ConfigSource) *corev3.ConfigSource {
 
 // xdsCluster reaches the xDS server over HTTP/2, resolving a DNS name (the
 // operator's Service) or using an IP as is.
-func xdsCluster(host string, port uint32) *clusterv3.Cluster {
+func xdsCluster(host string, port uint32, files TLSFiles) *clusterv3.Cluster {
 	discovery := clusterv3.Cluster_STRICT_DNS
+	san := tlsv3.SubjectAltNameMatcher_DNS
 	if _, err := netip.ParseAddr(host); err == nil {
-		discovery = clusterv3.Cluster_STATIC
+		discovery, san = clusterv3.Cluster_STATIC, tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	var transport *corev3.TransportSocket
+	if files.Enabled() {
+		ctx := &tlsv3.UpstreamTlsContext{
+			CommonTlsContext: &tlsv3.CommonTlsContext{
+				TlsCertificates: []*tlsv3.TlsCertificate{{
+					CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: files.CertFile}},
+					PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: files.KeyFile}},
+				}},
+				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: files.CAFile}},
+					// The server must be the one the bootstrap names.
+					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+						SanType: san,
+						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: host}},
+					}},
+				}},
+				AlpnProtocols: []string{"h2"},
+			},
+		}
+		if san == tlsv3.SubjectAltNameMatcher_DNS {
+			ctx.Sni = host
+		}
+		transport = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 	}
 	return &clusterv3.Cluster{
+		TransportSocket:      transport,
 		Name:                 XDSClusterName,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discovery},
 		ConnectTimeout:       durationpb.New(time.Second),
@@ -328,6 +365,8 @@ func regexMatcher(re string) *matcherv3.StringMatcher {
 //	--node-cluster name       node.cluster (default tailcut)
 //	--admin-address ip        Envoy admin address (default 127.0.0.1)
 //	--admin-port n            Envoy admin port (default 9901)
+//	--xds-tls-cert, --xds-tls-key, --xds-tls-ca path
+//	                          mutual TLS to the xDS server: this proxy's certificate and key, the CA of the server's
 //	--stats-port n            serve only /stats/prometheus and /ready on this port (0.0.0.0), so the admin interface can stay on loopback (default: none)
 //	--listener-port n         the listener port tailcut programs, for the node metadata (default 10000)
 //	--output path             write to this file instead of out
@@ -347,6 +386,9 @@ func BootstrapCommand(args []string, out io.Writer) error {
 	fs.StringVar(&opts.NodeCluster, "node-cluster", DefaultNodeCluster, "node cluster of this proxy")
 	fs.StringVar(&opts.AdminAddress, "admin-address", DefaultAdminAddress, "address of Envoy's admin interface")
 	fs.UintVar(&adminPort, "admin-port", DefaultAdminPort, "port of Envoy's admin interface")
+	fs.StringVar(&opts.TLS.CertFile, "xds-tls-cert", "", "this proxy's certificate (PEM) for mutual TLS to the xDS server")
+	fs.StringVar(&opts.TLS.KeyFile, "xds-tls-key", "", "the key of --xds-tls-cert")
+	fs.StringVar(&opts.TLS.CAFile, "xds-tls-ca", "", "the CA (PEM) that signs the xDS server's certificate")
 	fs.UintVar(&statsPort, "stats-port", 0, "port of a listener that serves only /stats/prometheus and /ready from the admin interface (0: none)")
 	fs.UintVar(&listenPort, "listener-port", DefaultListenerPort, "port of the HTTP listener tailcut programs (recorded in the node metadata)")
 	fs.StringVar(&output, "output", "", "write the bootstrap to this file instead of standard output")

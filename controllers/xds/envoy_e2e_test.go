@@ -247,13 +247,17 @@ func (l latencies) String() string {
 // startServer runs an xDS server that programs the listener on
 // 127.0.0.1:listenPort until the test ends. It returns the server, where it
 // listens, and a context that ends when it stops.
-func startServer(t *testing.T, ctx context.Context, listenPort uint32) (*Server, net.Addr, context.Context) {
+func startServer(t *testing.T, ctx context.Context, listenPort uint32, options ...func(*ServerOptions)) (*Server, net.Addr, context.Context) {
 	t.Helper()
-	srv := NewServer(ServerOptions{
+	opts := ServerOptions{
 		Address:   "127.0.0.1:0",
 		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
 		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
-	})
+	}
+	for _, o := range options {
+		o(&opts)
+	}
+	srv := NewServer(opts)
 	addr, err := srv.Listen()
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ package xds
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"net"
@@ -32,6 +33,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -62,6 +64,9 @@ type ServerOptions struct {
 	// Address is where the ADS gRPC server listens. Default ":18000"; tests use
 	// "127.0.0.1:0".
 	Address string
+	// TLS, when set, serves xDS over TLS (ServerTLS: mutual, every client
+	// needs a certificate).
+	TLS *tls.Config
 	// Translate places the HTTP listener that proxies get.
 	Translate TranslateOptions
 	// Logger defaults to controller-runtime's logger named "xds".
@@ -192,12 +197,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		// Envoy pings every 30s (see the bootstrap); gRPC's default policy would
 		// answer pings more often than every 5 minutes with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
-	)
+	}
+	if s.opts.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	g := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, s.cache, callbacks{s}))
 	go s.notifyLoop(ctx)
 	if s.opts.PushDebounce > 0 {
@@ -206,7 +215,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(s.lis) }()
-	s.log.Info("serving xDS", "address", addr.String())
+	s.log.Info("serving xDS", "address", addr.String(), "mutualTLS", s.opts.TLS != nil)
 	select {
 	case err := <-served:
 		return err

@@ -429,3 +429,39 @@ func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
 		})
 	}
 }
+
+// With xdsTLS on, the operator serves xDS with the server Secret's files
+// and the proxies' bootstrap uses the proxy Secret's; without the Secrets
+// the chart refuses to render.
+func TestXDSTLSWiring(t *testing.T) {
+	objs := render(t, valueSet{name: "xds-tls", set: []string{"xdsTLS.enabled=true", "xdsTLS.serverSecret=tailcut-xds-server", "xdsTLS.proxySecret=tailcut-xds-proxy"}})
+	want := map[string][]string{
+		"manager":   {"--xds-tls-cert=/etc/tailcut/xds-tls/tls.crt", "--xds-tls-key=/etc/tailcut/xds-tls/tls.key", "--xds-tls-client-ca=/etc/tailcut/xds-tls/ca.crt"},
+		"bootstrap": {"--xds-tls-cert=/etc/envoy/xds-tls/tls.crt", "--xds-tls-key=/etc/envoy/xds-tls/tls.key", "--xds-tls-ca=/etc/envoy/xds-tls/ca.crt"},
+	}
+	secrets := map[string]string{"tailcut": "tailcut-xds-server", "tailcut-proxy": "tailcut-xds-proxy"}
+	for deploy, container := range map[string]string{"tailcut": "manager", "tailcut-proxy": "bootstrap"} {
+		d := deployment(t, objs, deploy)
+		args := strings.Join(containerArgs(t, d, container), " ")
+		for _, w := range want[container] {
+			if !strings.Contains(args, w) {
+				t.Errorf("%s/%s args lack %s: %s", deploy, container, w, args)
+			}
+		}
+		vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+		found := false
+		for _, v := range vols {
+			if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == secrets[deploy] {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s mounts no Secret %s: %v", deploy, secrets[deploy], vols)
+		}
+	}
+	helm := tool(t, "helm")
+	out, err := runWith(helm, nil, "template", "tailcut", repo("charts", "tailcut"), "--set", "xdsTLS.enabled=true")
+	if err == nil || !strings.Contains(out, "is required when xdsTLS.enabled") {
+		t.Errorf("xdsTLS.enabled without Secrets rendered (%v)", err)
+	}
+}

@@ -1,0 +1,210 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// testCA signs certificates for the mutual TLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	dir  string
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &testCA{cert: cert, key: key, dir: t.TempDir()}
+	writePEM(t, filepath.Join(ca.dir, "ca.crt"), "CERTIFICATE", der)
+	return ca
+}
+
+// issue writes <name>.crt and <name>.key, for a server (IP SAN 127.0.0.1)
+// or a client.
+func (ca *testCA) issue(t *testing.T, name string, server bool) TLSFiles {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := TLSFiles{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
+	writePEM(t, f.CertFile, "CERTIFICATE", der)
+	writePEM(t, f.KeyFile, "EC PRIVATE KEY", keyDER)
+	return f
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestXDSMutualTLS is #14's "mTLS for xDS" with a real Envoy: with the
+// server on mutual TLS, an Envoy with a client certificate the CA signed
+// gets its routes and counts in status; an Envoy with no certificate, or one
+// another CA signed, never connects and is not counted.
+func TestXDSMutualTLS(t *testing.T) {
+	bin := envoyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ca, other := newTestCA(t, "tailcut-ca"), newTestCA(t, "someone-else")
+	serverFiles := ca.issue(t, "server", true)
+	serverFiles.CAFile = filepath.Join(ca.dir, "ca.crt")
+	serverTLS, err := ServerTLS(serverFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := newAttemptLog(t)
+	listenPort := freePort(t)
+	srv, addr, _ := startServer(t, ctx, listenPort, func(o *ServerOptions) { o.TLS = serverTLS })
+	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
+	web := plan.RoutePlan{
+		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
+		Hosts:     plan.ServiceHosts("web", "e2e", 80),
+		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
+		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
+		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
+	}
+	if err := srv.Publish(ctx, nil, web); err != nil {
+		t.Fatal(err)
+	}
+	srv.MarkSynced(key)
+
+	envoy := func(name string, files TLSFiles, listener uint32) uint32 {
+		t.Helper()
+		admin := freePort(t)
+		boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: name, AdminPort: admin, ListenerPort: listener, TLS: files})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), name+".yaml")
+		if err := os.WriteFile(path, boot, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startEnvoy(t, bin, path)
+		return admin
+	}
+	trusted := ca.issue(t, "envoy-trusted", false)
+	trusted.CAFile = filepath.Join(ca.dir, "ca.crt")
+	envoy("envoy-trusted", trusted, listenPort)
+	eventually(t, 60*time.Second, "the Envoy with a trusted certificate to ACK", func() (bool, string) {
+		st := srv.Status(key)
+		return st.Connected == 1 && st.Programmed == 1, fmt.Sprintf("%+v", st)
+	})
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", listenPort), nil)
+	req.Host = "web.e2e"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request through the Envoy on mutual TLS: %v %v", err, resp)
+	}
+	_ = resp.Body.Close()
+
+	// Two more Envoys: no certificate, and one another CA signed. The listener
+	// port is taken by the first Envoy; these never get that far.
+	stranger := other.issue(t, "envoy-stranger", false)
+	stranger.CAFile = filepath.Join(ca.dir, "ca.crt")
+	plainAdmin := envoy("envoy-plain", TLSFiles{}, listenPort)
+	strangerAdmin := envoy("envoy-stranger", stranger, listenPort)
+	time.Sleep(5 * time.Second) // several connection attempts each
+	if st := srv.Status(key); st.Connected != 1 || st.Programmed != 1 {
+		t.Errorf("status counts %+v, want only the Envoy with a trusted certificate", st)
+	}
+	for name, admin := range map[string]uint32{"no certificate": plainAdmin, "another CA's certificate": strangerAdmin} {
+		c := &envoyClient{t: t, http: http.DefaultClient, admin: fmt.Sprintf("127.0.0.1:%d", admin)}
+		if got := c.counter("control_plane.connected_state"); got != 0 {
+			t.Errorf("the Envoy with %s: control_plane.connected_state %d, want 0", name, got)
+		}
+		if got := c.counter("cluster_manager.cds.update_success"); got != 0 {
+			t.Errorf("the Envoy with %s took %d CDS updates, want none", name, got)
+		}
+	}
+}
+
+// TestTLSFilesRefusedClearly: a partial or unreadable TLS setting is an error
+// that names the problem, never a server or proxy silently on plaintext.
+func TestTLSFilesRefusedClearly(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	f := ca.issue(t, "server", true)
+	f.CAFile = filepath.Join(ca.dir, "ca.crt")
+	for name, tc := range map[string]struct {
+		files TLSFiles
+		want  string
+	}{
+		"no key":         {TLSFiles{CertFile: f.CertFile, CAFile: f.CAFile}, "all three"},
+		"no CA":          {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile}, "all three"},
+		"missing file":   {TLSFiles{CertFile: f.CertFile + ".gone", KeyFile: f.KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
+		"CA not PEM":     {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.KeyFile}, "holds no PEM certificate"},
+		"key not a pair": {TLSFiles{CertFile: f.CertFile, KeyFile: ca.issue(t, "other", true).KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ServerTLS(tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ServerTLS: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := Bootstrap(BootstrapOptions{XDSAddress: "127.0.0.1:18000", NodeID: "n", TLS: TLSFiles{CertFile: f.CertFile}}); err == nil || !strings.Contains(err.Error(), "all three") {
+		t.Errorf("Bootstrap with a certificate only: %v, want an error", err)
+	}
+}
