@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
@@ -77,6 +78,7 @@ func main() {
 		hostsFile              string
 		promTimeout            time.Duration
 		pushDebounce           time.Duration
+		metricsSecure          bool
 		xdsTLS                 xds.TLSFiles
 		kubeQPS                float64
 		kubeBurst              int
@@ -97,6 +99,7 @@ func main() {
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients whose token may get /metrics (a TokenReview and a SubjectAccessReview per scrape); false: plain HTTP to anyone who reaches the port.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (status writes, mostly: about two per policy when they all start).")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server above --kube-api-qps.")
 	flag.StringVar(&replicaName, "replica-name", os.Getenv("POD_NAME"), "This replica's name, unique among replicas (default: $POD_NAME, else the host name).")
@@ -122,13 +125,9 @@ func main() {
 	restConfig := ctrl.GetConfigOrDie()
 	restConfig.QPS, restConfig.Burst = float32(kubeQPS), kubeBurst
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme: scheme,
-		Cache:  cacheOpts,
-		Metrics: metricsserver.Options{
-			BindAddress: metricsAddr,
-			// Plain HTTP for in-cluster Prometheus scraping; disable HTTP/2 (CVE-2023-44487).
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
-		},
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
@@ -267,4 +266,21 @@ func podOwner(name string) *metav1.OwnerReference {
 		return nil
 	}
 	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: k8stypes.UID(uid)}
+}
+
+// The operator's metrics, the kubebuilder v4 way: HTTPS with a certificate
+// controller-runtime generates, and only for clients whose token may get the
+// /metrics URL (the chart's <name>-metrics-reader ClusterRole). Its RBAC
+// (TokenReviews, SubjectAccessReviews) is with the reconciler's.
+func metricsOptions(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{
+		BindAddress:   addr,
+		SecureServing: secure,
+		// No HTTP/2 (CVE-2023-44487).
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

@@ -50,7 +50,7 @@ var valueSets = []valueSet{
 		// though monitoring.enabled is true by default.
 		name: "default",
 		kinds: map[string]int{"Deployment": 2, "Service": 3, "PodDisruptionBudget": 1, "ServiceAccount": 1,
-			"ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
+			"ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
 			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0,
 			"CustomResourceDefinition": 1},
 	},
@@ -88,7 +88,7 @@ var valueSets = []valueSet{
 			"proxy.tolerations[0].operator=Exists", "proxy.tolerations[0].effect=NoSchedule",
 			"rbac.aggregateToDefaultRoles=false", "serviceAccount.name=tailcut-operator",
 			"monitoring.labels.release=kube-prometheus-stack", "monitoring.rules.hedgeRateThreshold=0.1"},
-		kinds: map[string]int{"Deployment": 2, "ClusterRole": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2},
+		kinds: map[string]int{"Deployment": 2, "ClusterRole": 2, "PodDisruptionBudget": 1, "ServiceMonitor": 2},
 	},
 }
 
@@ -253,7 +253,7 @@ func TestHelmRejectsInvalidValues(t *testing.T) {
 func TestKustomizeBuild(t *testing.T) {
 	objs := kustomizeDefault(t, true)
 	for kind, want := range map[string]int{"Namespace": 1, "CustomResourceDefinition": 1, "Deployment": 1, "Service": 1,
-		"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ServiceMonitor": 1} {
+		"ServiceAccount": 1, "ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ServiceMonitor": 1} {
 		if got := len(byKind(objs, kind)); got != want {
 			t.Errorf("%d %s objects, want %d", got, kind, want)
 		}

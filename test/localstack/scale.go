@@ -284,7 +284,7 @@ func freePort() (int, error) {
 
 func (s *scaleStack) startOperator(ctx context.Context) error {
 	p, err := startProc("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
-		"--metrics-bind-address="+addr(s.ports.metrics), "--health-probe-bind-address="+addr(s.ports.probe),
+		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {
@@ -499,7 +499,7 @@ func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
 	s.operator.stop(10 * time.Second)
 	start := time.Now()
 	p, err := startProc("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
-		"--metrics-bind-address="+addr(s.ports.metrics), "--health-probe-bind-address="+addr(s.ports.probe),
+		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {

@@ -288,7 +288,8 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 	}
 	s.operatorEnv = []string{"KUBECONFIG=" + kubeconfig}
 	s.operatorArgs = []string{"--hosts-file=" + s.dir("hosts"),
-		"--metrics-bind-address=" + addr(p.Metrics), "--health-probe-bind-address=" + addr(p.Probe),
+		// The local Prometheus scrapes plain HTTP on loopback.
+		"--metrics-bind-address=" + addr(p.Metrics), "--metrics-secure=false", "--health-probe-bind-address=" + addr(p.Probe),
 		"--xds-address=" + addr(p.XDS), "--prometheus-url=http://" + addr(p.Prometheus),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener)}
 	if s.opts.LeaderElect {

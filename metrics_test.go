@@ -1,0 +1,129 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// TestMetricsNeedAnAllowedToken is #14's "metrics the kubebuilder v4 way"
+// against a real API server: the operator's metrics are HTTPS, refused
+// without a token (401) and to a token that may not get /metrics (403), and
+// served to one bound to the metrics-reader rule.
+func TestMetricsNeedAnAllowedToken(t *testing.T) {
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: envtestutil.Scheme(), Metrics: metricsOptions(addr, true), HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	token := func(name string) string {
+		t.Helper()
+		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, stranger := token("prometheus"), token("someone")
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: "default"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(scheme, bearer string) (int, string, error) {
+		req, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+"/metrics", nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, err := get("https", ""); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name, scheme, token string
+		want                int
+	}{
+		{"no token", "https", "", http.StatusUnauthorized},
+		{"a token that may not get /metrics", "https", stranger, http.StatusForbidden},
+		{"a metrics reader's token", "https", reader, http.StatusOK},
+	} {
+		code, body, err := get(tc.scheme, tc.token)
+		if err != nil || code != tc.want {
+			t.Errorf("%s: %d (%v), want %d", tc.name, code, err, tc.want)
+		}
+		if code == http.StatusOK && !strings.Contains(body, "controller_runtime_") {
+			t.Errorf("%s: 200 without the operator's metrics", tc.name)
+		}
+	}
+	if code, _, err := get("http", reader); err == nil && code == http.StatusOK {
+		t.Error("metrics answered over plain HTTP")
+	} else {
+		t.Logf("plain HTTP refused: %d %v", code, err)
+	}
+}
