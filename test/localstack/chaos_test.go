@@ -254,7 +254,7 @@ func TestChaosOperatorKilledAndRestarted(t *testing.T) {
 // TestChaosLeaderFailover is #14's scenario 3: two operator replicas with
 // leader election, each with its own Envoy, 300 rps through the follower's
 // Envoy. The leader is killed (SIGKILL) and the policy edited at once. The
-// follower takes the lease within its duration (15 s, plus the 2 s retry),
+// follower takes the lease within its duration plus two retry periods (19 s),
 // the edit reaches its Envoy within 30 s, its Envoy adds, modifies or
 // removes no listener or cluster, and no request fails.
 func TestChaosLeaderFailover(t *testing.T) {
@@ -329,8 +329,12 @@ func TestChaosLeaderFailover(t *testing.T) {
 	after := statsOf()
 
 	t.Logf("the follower took the lease %.1f s after the leader was killed; the edit made at the kill was in its Envoy %.1f s after", tookOver.Seconds(), live.Seconds())
-	if tookOver > 17*time.Second+3*time.Second {
-		t.Errorf("the follower took over %.1f s after the kill, want within the lease (15 s) + retry (2 s) + 3 s", tookOver.Seconds())
+	// client-go's leader election: the follower counts the lease duration
+	// (15 s) from when it saw the last renewal, which it checks every retry
+	// period (2 s), and the leader renewed at most a retry period before it
+	// died: 19 s at worst, plus the API's latency and this test's polling.
+	if bound := 15*time.Second + 2*2*time.Second + 3*time.Second; tookOver > bound {
+		t.Errorf("the follower took over %.1f s after the kill, want within the lease duration + two retry periods + 3 s (%s)", tookOver.Seconds(), bound)
 	}
 	if live > 30*time.Second {
 		t.Errorf("the edit made during the hand-over was live %.1f s after the kill, want within 30 s", live.Seconds())
