@@ -474,33 +474,9 @@ func TestNoEndpointsIsNotReady(t *testing.T) {
 // an endpoint change still reaches the publisher at once.
 func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
 	ns := newNamespace(t)
-	var keys []types.NamespacedName
-	for i := range 12 {
-		svc := fmt.Sprintf("svc%d", i)
-		newService(t, ns, svc, 8080)
-		p := &tailcutv1alpha1.HedgePolicy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc},
-			Spec: tailcutv1alpha1.HedgePolicySpec{
-				TargetRef:          tailcutv1alpha1.TargetRef{Name: svc, Port: 8080},
-				EvaluationInterval: &metav1.Duration{Duration: 5 * time.Second},
-				Delay: tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
-					Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}])))`,
-				}},
-			},
-		}
-		if err := k8s.Create(context.Background(), p); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, client.ObjectKeyFromObject(p))
-	}
-	eventually(t, "every policy published", func() error {
-		for _, k := range keys {
-			if _, ok := publisher.plan(k); !ok {
-				return fmt.Errorf("%s not published", k)
-			}
-		}
-		return nil
-	})
+	keys := publishedPolicies(t, ns, 12, tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
+		Source: tailcutv1alpha1.EstimateSourceCustom, Query: `histogram_quantile({{.Quantile}}, sum by (le) (rate(x_bucket{namespace="{{.Namespace}}"}[{{.Window}}])))`,
+	}}, 5*time.Second)
 	time.Sleep(6 * time.Second) // the policies' evaluations are under way
 	start := time.Now()
 	newEndpointSlice(t, ns, "svc0", 8080, map[string]bool{"10.0.0.9": true})
@@ -628,30 +604,7 @@ func TestNewPolicyStatusIsWrittenOnce(t *testing.T) {
 func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
 	const policies = 40
 	ns := newNamespace(t)
-	var keys []types.NamespacedName
-	for i := range policies {
-		svc := fmt.Sprintf("svc%d", i)
-		newService(t, ns, svc, 8080)
-		p := &tailcutv1alpha1.HedgePolicy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc},
-			Spec: tailcutv1alpha1.HedgePolicySpec{
-				TargetRef: tailcutv1alpha1.TargetRef{Name: svc, Port: 8080},
-				Delay:     tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: 20 * time.Millisecond}},
-			},
-		}
-		if err := k8s.Create(context.Background(), p); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, client.ObjectKeyFromObject(p))
-	}
-	eventually(t, "every policy published", func() error {
-		for _, k := range keys {
-			if _, ok := publisher.plan(k); !ok {
-				return fmt.Errorf("%s not published", k)
-			}
-		}
-		return nil
-	})
+	keys := publishedPolicies(t, ns, policies, tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: 20 * time.Millisecond}}, 0)
 	time.Sleep(3 * time.Second) // past the reconciles of the first status writes
 
 	gate := make(chan struct{})
@@ -696,4 +649,36 @@ func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
 	} else {
 		t.Logf("the endpoint change was published %dth, ahead of %d queued evaluations", at+1, policies-at-1)
 	}
+}
+
+// publishedPolicies creates n Services svc0... in ns, each with a policy of
+// the same name and delay (interval 0: the default), and waits until every
+// policy was published.
+func publishedPolicies(t *testing.T, ns string, n int, delay tailcutv1alpha1.Delay, interval time.Duration) []types.NamespacedName {
+	t.Helper()
+	var keys []types.NamespacedName
+	for i := range n {
+		svc := fmt.Sprintf("svc%d", i)
+		newService(t, ns, svc, 8080)
+		p := &tailcutv1alpha1.HedgePolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc},
+			Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: svc, Port: 8080}, Delay: *delay.DeepCopy()},
+		}
+		if interval > 0 {
+			p.Spec.EvaluationInterval = &metav1.Duration{Duration: interval}
+		}
+		if err := k8s.Create(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, client.ObjectKeyFromObject(p))
+	}
+	eventually(t, "every policy published", func() error {
+		for _, k := range keys {
+			if _, ok := publisher.plan(k); !ok {
+				return fmt.Errorf("%s not published", k)
+			}
+		}
+		return nil
+	})
+	return keys
 }

@@ -127,23 +127,11 @@ func num(m map[string]string, k string) int {
 // operatorCounter sums the operator's metric series whose labels contain labels.
 func operatorCounter(t *testing.T, s *Stack, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr(s.opts.Ports.Metrics) + "/metrics")
+	v, err := metricSum(s.opts.Ports.Metrics, name, labels)
 	if err != nil {
 		t.Fatalf("operator metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
-		}
-	}
-	return sum
+	return v
 }
 
 // xdsUpdates are Envoy's counts of configuration it took from tailcut.

@@ -588,7 +588,13 @@ func (s *scaleStack) costs() (writes, operatorCPU, envoyCPU float64, err error) 
 
 // operatorMetricSum sums every series of a metric whose labels contain labels.
 func (s *scaleStack) operatorMetricSum(name, labels string) (float64, error) {
-	resp, err := http.Get("http://" + addr(s.ports.metrics) + "/metrics")
+	return metricSum(s.ports.metrics, name, labels)
+}
+
+// metricSum sums every series of a metric, served in the Prometheus text
+// format on a loopback port, whose labels contain labels.
+func metricSum(port int, name, labels string) (float64, error) {
+	resp, err := http.Get("http://" + addr(port) + "/metrics")
 	if err != nil {
 		return 0, err
 	}
