@@ -120,14 +120,25 @@ type Hedge struct {
 	RetryOn []string `json:"retryOn"`
 }
 
-// Budget is the cluster's retry budget.
+// Budget bounds the extra load twice: the cluster's retry budget caps
+// concurrent hedges, and the listener's hedge account caps their rate.
 type Budget struct {
-	// Percent is retry_budget.budget_percent: concurrent hedges as a share of
-	// active requests.
+	// Percent is the policy's maxExtraLoadPercent. It is
+	// retry_budget.budget_percent (concurrent hedges as a share of active
+	// requests), and it sets the hedge account's rate (HedgeRatio).
 	Percent int32 `json:"percent"`
 	// MinConcurrency is retry_budget.min_retry_concurrency.
 	MinConcurrency int32 `json:"minConcurrency"`
 }
+
+// HedgeRatio is what each request deposits in the policy's hedge account:
+// the share of requests that may be hedged, over any stretch. It is nine
+// tenths of the budget, so that what the account may hold (two seconds of
+// deposits, or HedgeBurst per Envoy worker) fits inside the budget over a 30 s
+// window: 0.9 x (30 + 2) / 30 = 0.96 of it at a steady rate, and at 100
+// requests a second with two workers 0.9 x 5% x 3,000 + 2 x 5 = 145 of the 150
+// hedges allowed.
+func (b Budget) HedgeRatio() float64 { return 0.9 * float64(b.Percent) / 100 }
 
 // Endpoint is one ready backend address.
 type Endpoint struct {

@@ -42,6 +42,13 @@ const (
 	// hedge when the previous_hosts predicate rejects the one it drew. Without
 	// it a hedge can land on the replica that is already slow.
 	HostSelectionRetryMaxAttempts = 3
+
+	// HedgeBurst is the least a hedge account may hold, in hedges (it may
+	// hold up to two seconds of deposits when that is more). The account pays
+	// for a request's hedges when the request arrives, so this bounds how many
+	// requests in flight may be hedged at low rates; it is also all an idle
+	// spell saves for the next burst of slow requests.
+	HedgeBurst = 5
 )
 
 // RouteTimeout is the whole-request timeout of the hedged route.

@@ -302,10 +302,13 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	webKey := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
 	web := plan.RoutePlan{
 		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
-		Hosts:  plan.ServiceHosts("web", "e2e", 80),
-		Match:  plan.Match{PathPrefix: "/", Methods: []string{"GET", "HEAD"}},
-		Hedge:  &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
-		Budget: plan.Budget{Percent: 5, MinConcurrency: 3},
+		Hosts: plan.ServiceHosts("web", "e2e", 80),
+		Match: plan.Match{PathPrefix: "/", Methods: []string{"GET", "HEAD"}},
+		Hedge: &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		// One request in three meets the slow backend and needs a hedge: a
+		// budget that allows them all (the hedge account's 90%), so the test
+		// sees Envoy's hedging itself; TestHedgeAccountCapsTheRate checks the cap.
+		Budget: plan.Budget{Percent: 100, MinConcurrency: 3},
 	}
 	for _, b := range []*backend{slow, fast1, fast2} {
 		web.Endpoints = append(web.Endpoints, b.endpoint(t))

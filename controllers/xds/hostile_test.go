@@ -184,6 +184,15 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 // Envoy listener's port once Envoy runs the plan.
 func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration, bootstrap ...func(*BootstrapOptions)) uint32 {
 	t.Helper()
+	return servePlan(t, up, func(p *plan.RoutePlan) {
+		p.Match.Methods = methods
+		p.Hedge.Delay = delay
+	}, bootstrap...)
+}
+
+// servePlan is serveOnePlan with the plan changed by mutate.
+func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), bootstrap ...func(*BootstrapOptions)) uint32 {
+	t.Helper()
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -194,11 +203,12 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 	web := plan.RoutePlan{
 		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
 		Hosts:     plan.ServiceHosts("web", "e2e", 80),
-		Match:     plan.Match{PathPrefix: "/", Methods: methods},
-		Hedge:     &plan.Hedge{Delay: delay, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
+		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
 		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
 	}
+	mutate(&web)
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func newShared(opts TranslateOptions) (*shared, error) {
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{{
+		HttpFilters: []*hcmv3.HttpFilter{hedgeBudgetFilter(), {
 			Name:       wellknown.Router,
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
 		}},
@@ -197,17 +197,24 @@ func assemble(sh *shared, frags []*fragment) (*Resources, error) {
 func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 	bypass := unhedged(plan.BypassClusterName(p.Namespace, p.Service, p.Port))
 	prefix := p.Match.PathPrefix
+	hedgedRoute := route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
+		hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge))
+	if p.Hedge != nil {
+		hedgedRoute.Metadata = hedgeAccount(p)
+	}
 	routes := []*routev3.Route{
 		route(p.Name+"/bypass", prefix, []*routev3.HeaderMatcher{exactHeader(plan.BypassHeader, "1")}, bypass),
-		route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
-			hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge)),
+		hedgedRoute,
 		route(p.Name+"/unhedged", prefix, nil, bypass),
 	}
 	if prefix != "/" {
 		routes = append(routes, route(p.Name+"/other", "/", nil, bypass))
 	}
-	// The attempt count header lets backends count hedges (x-envoy-attempt-count > 1).
-	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes, IncludeRequestAttemptCount: true}
+	// The attempt count on requests lets backends count hedges
+	// (x-envoy-attempt-count > 1); on responses it tells the hedge account
+	// what a request cost, and the account removes it.
+	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes,
+		IncludeRequestAttemptCount: true, IncludeAttemptCountInResponse: true}
 }
 
 func route(name, prefix string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction) *routev3.Route {
@@ -261,23 +268,30 @@ func hedged(cluster string, h *plan.Hedge) *routev3.RouteAction {
 	return &routev3.RouteAction{
 		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
 		Timeout:          durationpb.New(h.RouteTimeout()),
-		RetryPolicy: &routev3.RetryPolicy{
-			RetryOn:       strings.Join(h.RetryOn, ","),
-			NumRetries:    wrapperspb.UInt32(uint32(h.MaxHedges)),
-			PerTryTimeout: durationpb.New(h.Delay),
-			RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
-				BaseInterval: durationpb.New(plan.HedgeBackoffBase),
-				MaxInterval:  durationpb.New(plan.HedgeBackoffMax),
-			},
-			RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
-				Name: "envoy.retry_host_predicates.previous_hosts",
-				ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{
-					TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{}),
-				},
-			}},
-			HostSelectionRetryMaxAttempts: plan.HostSelectionRetryMaxAttempts,
+		RetryPolicy:      HedgeRetryPolicy(h),
+		HedgePolicy:      &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
+	}
+}
+
+// HedgeRetryPolicy is the retry policy Envoy hedges through, for every
+// publisher: the per-try timeout is the delay, and with the route's
+// hedge_on_per_try_timeout it starts a hedge instead of ending the attempt.
+func HedgeRetryPolicy(h *plan.Hedge) *routev3.RetryPolicy {
+	return &routev3.RetryPolicy{
+		RetryOn:       strings.Join(h.RetryOn, ","),
+		NumRetries:    wrapperspb.UInt32(uint32(h.MaxHedges)),
+		PerTryTimeout: durationpb.New(h.Delay),
+		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
+			BaseInterval: durationpb.New(plan.HedgeBackoffBase),
+			MaxInterval:  durationpb.New(plan.HedgeBackoffMax),
 		},
-		HedgePolicy: &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name: "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{
+				TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{}),
+			},
+		}},
+		HostSelectionRetryMaxAttempts: plan.HostSelectionRetryMaxAttempts,
 	}
 }
 

@@ -1,0 +1,56 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	_ "embed"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// HedgeBudgetFilter names the listener's hedge account filter; the hedged
+// route's metadata for it sits under the same name, where Lua's metadata()
+// looks.
+const HedgeBudgetFilter = "tailcut.hedge_budget"
+
+//go:embed hedgebudget.lua
+var hedgeBudgetLua string
+
+func hedgeBudgetFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{
+		Name: HedgeBudgetFilter,
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&luav3.Lua{
+			DefaultSourceCode: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: hedgeBudgetLua}},
+		})},
+	}
+}
+
+// hedgeAccount is the hedged route's metadata: its policy's account, the
+// account's terms and the hedges one request may cost (num_retries).
+func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{HedgeBudgetFilter: {Fields: map[string]*structpb.Value{
+		"account": structpb.NewStringValue(p.Name),
+		"ratio":   structpb.NewNumberValue(p.Budget.HedgeRatio()),
+		"burst":   structpb.NewNumberValue(plan.HedgeBurst),
+		"hedges":  structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
+	}}}}
+}

@@ -1,0 +1,118 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package xds
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// TestHedgeAccountCapsTheRate is the data-path half of #14's brownout: an
+// upstream where every attempt takes 300 ms (every replica slow), a 1 ms
+// delay, so every request wants a hedge, at 50 requests a second. Without the
+// account (the route's metadata removed) the same run sent 1,000 hedges for
+// 1,000 requests: Envoy's retry_budget did not hold them back, as a retry
+// holds its place in the budget only while it waits out its back-off (1 ms on
+// a hedged route), not while it runs. With the account, hedges stay within
+// 90% of the 5% budget per request plus what the account holds at the start:
+// its burst, or two seconds of deposits when that is more (0.045 x 100 < 5).
+// The account pays for hedges before they are sent, so the hedges in flight
+// add nothing to the bound.
+func TestHedgeAccountCapsTheRate(t *testing.T) {
+	up := newAttemptLog(t)
+	budget := plan.Budget{Percent: 5, MinConcurrency: 3}
+	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
+		p.Hedge.Delay = time.Millisecond
+		p.Budget = budget
+	})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	const rate, length = 50, 20 * time.Second
+	var (
+		wg             sync.WaitGroup
+		mu             sync.Mutex
+		sent, ok       int
+		attemptHeaders int
+	)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for start, i := time.Now(), 0; time.Since(start) < length; i++ {
+		<-tick.C
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/slow", listenPort), nil)
+			if err != nil {
+				panic(err)
+			}
+			req.Host = "web.e2e"
+			req.Header.Set("x-test-id", fmt.Sprintf("rate-%d", i))
+			resp, err := client.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			sent++
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ok++
+			}
+			if resp.Header.Get("x-envoy-attempt-count") != "" {
+				attemptHeaders++
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(500 * time.Millisecond) // the last hedges arrive
+
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	attempts := 0
+	for id, n := range up.attempts {
+		if strings.HasPrefix(id, "rate-") {
+			attempts += n
+		}
+	}
+	extra := attempts - sent
+	// One Envoy worker: one account.
+	held := max(plan.HedgeBurst, budget.HedgeRatio()*2*rate)
+	most := budget.HedgeRatio()*float64(sent) + held
+	t.Logf("%d requests, %d attempts at the upstream: %d hedges (%.1f%%), at most %.0f allowed (%.1f%%)", sent, attempts, extra, 100*float64(extra)/float64(sent), most, 100*most/float64(sent))
+	if ok != sent {
+		t.Errorf("%d of %d requests got a 200", ok, sent)
+	}
+	if float64(extra) > most {
+		t.Errorf("%d hedges for %d requests, want at most %.0f: 90%% of the %d%% budget and the %.1f the account held", extra, sent, most, budget.Percent, held)
+	}
+	// The account spends what it earns: a cap that turned hedging off would
+	// also pass the bound above.
+	if least := budget.HedgeRatio() * float64(sent) / 2; float64(extra) < least {
+		t.Errorf("%d hedges for %d requests, want at least %.0f: the account should spend its share", extra, sent, least)
+	}
+	if attemptHeaders > 0 {
+		t.Errorf("%d responses carried x-envoy-attempt-count to the client; the account removes it", attemptHeaders)
+	}
+	for h := range up.leaked {
+		t.Errorf("a header reached the upstream: %s", h)
+	}
+}
