@@ -73,8 +73,14 @@ test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, 
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
 
 .PHONY: test-chaos
-test-chaos: ## Faults on the local stack (about 10 minutes): operator killed under load and restarted, leader failover, Prometheus down 5 minutes.
-	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -timeout 40m -v
+test-chaos: ## Faults on the local stack (about 18 minutes): operator killed and restarted, leader failover, Prometheus down 5 minutes, brownout.
+	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -timeout 50m -v
+
+SOAK_DURATION ?= 30m
+
+.PHONY: soak
+soak: ## SOAK_DURATION (30m) at 200 rps with the delay adapting: no errors, flat memory and goroutines; curves in _output/soak.
+	@$(TOOL_ENV); SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(CURDIR)/_output/soak $(GO) test -tags 'localstack chaos' ./test/localstack/ -run '^TestSoak$$' -count=1 -timeout 90m -v
 
 FUZZTIME ?= 60s
 

@@ -460,3 +460,109 @@ func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Durati
 	}
 	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
 }
+
+// TestChaosBrownout is #14's scenario 6: every replica turns slow (x10), then
+// fails every request (503), for two minutes each, then recovers. Hedging must
+// not pile on: over every 30 s window the requests the workload receives stay
+// within (1 + budget) x the client's requests. The operator alone cannot hold
+// that (its delay follows Prometheus 30 s behind, and Envoy's retry_budget caps
+// concurrent hedges, not their rate); the hedge account in Envoy's data path
+// does (controllers/xds/hedgebudget.lua).
+func TestChaosBrownout(t *testing.T) {
+	const rps = 300
+	s, ctx := startStackWithin(t, "bimodal", 20*time.Minute)
+	p, err := s.ApplyPolicy(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := float64(p.Spec.EffectiveBudget().MaxExtraLoadPercent) / 100
+	if p, err = s.WaitReady(ctx, rps, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("settled: delay %s, budget %.0f%%", durationOrNone(p.Status.EffectiveDelay), 100*budget)
+	received := func() float64 {
+		var sum float64
+		for _, port := range s.opts.Ports.Workloads {
+			v, err := metricSum(port, "workload_requests_total", "")
+			if err != nil {
+				t.Fatalf("workload metrics: %v", err)
+			}
+			sum += v
+		}
+		return sum
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	l := startLoad(loadCtx, s, rps)
+	defer func() { stopLoad(); l.wg.Wait() }()
+	phases := []struct {
+		name string
+		cfg  map[string]any // nil: keep the workload as it is
+		for_ time.Duration
+	}{
+		{"baseline", nil, time.Minute},
+		{"slow x10", map[string]any{"model": "bimodal", "base": "150ms", "slowProbability": 0.05, "slowExtra": "1000ms", "failProbability": 0}, 2 * time.Minute},
+		{"all 503", map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.05, "slowExtra": "100ms", "failProbability": 1}, 2 * time.Minute},
+		{"recovered", map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.05, "slowExtra": "100ms", "failProbability": 0}, 2 * time.Minute},
+	}
+	// The client's requests of a window are counted once they have all
+	// finished (a request is recorded when it ends, and a slow one ends
+	// seconds after it was sent); the workload's counter is read at the
+	// window's edges.
+	type span struct {
+		phase    string
+		from, to time.Time
+		received float64
+	}
+	const window = 30 * time.Second
+	var spans []span
+	for _, ph := range phases {
+		if ph.cfg != nil {
+			if err := s.Shift(ctx, ph.cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for end := time.Now().Add(ph.for_); time.Now().Before(end); {
+			from, before := time.Now(), received()
+			time.Sleep(window)
+			to, after := time.Now(), received()
+			spans = append(spans, span{ph.name, from, to, after - before})
+			p, _ := s.Policy(ctx)
+			t.Logf("%-9s window %d: delay %s (%s)", ph.name, len(spans), durationOrNone(p.Status.EffectiveDelay), p.Status.DelayReason)
+		}
+	}
+	stopLoad()
+	l.wg.Wait()
+	start, worst := spans[0].from, 0.0
+	for _, sp := range spans {
+		sent, failed := l.count(sp.from, sp.to)
+		extra := (sp.received - float64(sent)) / float64(sent)
+		worst = max(worst, extra)
+		t.Logf("%-9s %3.0f-%3.0f s: client %5d (%5d not 200), workload %6.0f, extra %+6.2f%%",
+			sp.phase, sp.from.Sub(start).Seconds(), sp.to.Sub(start).Seconds(), sent, failed, sp.received, 100*extra)
+		if sp.received > (1+budget)*float64(sent) {
+			t.Errorf("%s: the workload received %.0f requests for %d from the client in %s: %.2f%% extra, over the %.0f%% budget",
+				sp.phase, sp.received, sent, sp.to.Sub(sp.from).Round(time.Second), 100*extra, 100*budget)
+		}
+		if sp.phase == "slow x10" && failed > 0 {
+			t.Errorf("%s: %d requests failed; slow replicas should only be slow", sp.phase, failed)
+		}
+	}
+	t.Logf("worst window: %+.2f%% extra against a %.0f%% budget", 100*worst, 100*budget)
+
+	// Recovery: the last window of the recovered phase has no errors, and the
+	// policy derives its delay from Prometheus again.
+	last := spans[len(spans)-1]
+	sent, failed := l.count(last.from, last.to)
+	if failed > 0 {
+		t.Errorf("after recovery, %d of %d requests in the last 30 s still failed", failed, sent)
+	}
+	p, err = s.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionDelayDerived) || p.Status.DelaySource != tailcutv1alpha1.DelaySourcePrometheus {
+		t.Errorf("two minutes after recovery the delay is %s from %s (%s), want one derived from Prometheus", durationOrNone(p.Status.EffectiveDelay), p.Status.DelaySource, p.Status.DelayReason)
+	}
+	t.Logf("recovered: delay %s (%s), last 30 s %d requests, %d not 200", durationOrNone(p.Status.EffectiveDelay), p.Status.DelayReason, sent, failed)
+}

@@ -120,7 +120,12 @@ func handler(srv *Server, m *metrics) http.Handler {
 				m.attempts.WithLabelValues(a).Inc()
 			}
 		}
-		if err := srv.Serve(r.Context(), start); err != nil {
+		switch err := srv.Serve(r.Context(), start); {
+		case errors.Is(err, ErrFailed):
+			m.duration.WithLabelValues(r.Method, "failed").Observe(time.Since(start).Seconds())
+			http.Error(w, "failed by failProbability", http.StatusServiceUnavailable)
+			return
+		case err != nil:
 			m.cancelled.Inc()
 			m.duration.WithLabelValues(r.Method, "cancelled").Observe(time.Since(start).Seconds())
 			return

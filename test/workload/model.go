@@ -62,6 +62,9 @@ type Config struct {
 	StallFor        Duration `json:"stallFor"`
 	BadHost         bool     `json:"badHost"`
 	Concurrency     int      `json:"concurrency"`
+	// FailProbability is the share of requests answered 503 after their
+	// latency, on every model: a brownout's errors, not a crash.
+	FailProbability float64 `json:"failProbability"`
 }
 
 // DefaultConfig is 15ms with 5% of requests 100ms slower.
@@ -87,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if c.SlowProbability < 0 || c.SlowProbability > 1 {
 		errs = append(errs, fmt.Errorf("slowProbability %v is not in [0, 1]", c.SlowProbability))
+	}
+	if c.FailProbability < 0 || c.FailProbability > 1 {
+		errs = append(errs, fmt.Errorf("failProbability %v is not in [0, 1]", c.FailProbability))
 	}
 	if c.Model == Lognormal && (c.Median <= 0 || c.Sigma <= 0 || c.Sigma > 3) {
 		errs = append(errs, errors.New("lognormal needs median > 0 and sigma in (0, 3]"))
@@ -135,9 +141,26 @@ func (s *Server) SetConfig(cfg Config) error {
 	return nil
 }
 
+// ErrFailed is Serve's answer for a request the configuration fails.
+var ErrFailed = errors.New("failed by failProbability")
+
 // Serve waits the latency the model gives this request. It returns ctx.Err() when
-// the caller gave up first (a cancelled hedge loser), so the work stops.
+// the caller gave up first (a cancelled hedge loser), so the work stops, and
+// ErrFailed for a request FailProbability fails.
 func (s *Server) Serve(ctx context.Context, now time.Time) error {
+	s.mu.RLock()
+	fail := s.cfg.FailProbability
+	s.mu.RUnlock()
+	if err := s.wait(ctx, now); err != nil {
+		return err
+	}
+	if fail > 0 && rand.Float64() < fail {
+		return ErrFailed
+	}
+	return nil
+}
+
+func (s *Server) wait(ctx context.Context, now time.Time) error {
 	s.mu.RLock()
 	cfg, slots := s.cfg, s.slots
 	s.mu.RUnlock()

@@ -81,6 +81,7 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{func(c *Config) { c.Model = "spiky" }, `model "spiky" is not one of`},
 		{func(c *Config) { c.SlowProbability = 1.5 }, "slowProbability 1.5 is not in [0, 1]"},
+		{func(c *Config) { c.FailProbability = -0.1 }, "failProbability -0.1 is not in [0, 1]"},
 		{func(c *Config) { c.Model = Stall; c.StallFor = c.StallEvery }, "stallFor < stallEvery"},
 		{func(c *Config) { c.Model = Saturation; c.Concurrency = 0 }, "concurrency >= 1"},
 		{func(c *Config) { c.Model = Lognormal; c.Sigma = 0 }, "sigma in (0, 3]"},
@@ -152,6 +153,36 @@ func TestSideEffectsAndAttemptsAreCounted(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.attempts.WithLabelValues("2")); got != 4 {
 		t.Errorf("attempt-2 = %v, want 4", got)
+	}
+}
+
+// TestFailProbabilityAnswers503 checks the brownout knob against the binomial
+// distribution: 2,000 requests at failProbability 0.3 give 600 failures, and
+// 4.1 standard deviations (sqrt(2000*0.3*0.7) = 20.5) is 84.
+func TestFailProbabilityAnswers503(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SlowProbability, cfg.Base, cfg.FailProbability = 0, 0, 0.3
+	ts, m, _ := newTestServer(t, cfg)
+	failed := 0
+	for range 2000 {
+		resp, err := http.Get(ts.URL + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusServiceUnavailable:
+			failed++
+		case http.StatusOK:
+		default:
+			t.Fatalf("status %d, want 200 or 503", resp.StatusCode)
+		}
+	}
+	if failed < 600-84 || failed > 600+84 {
+		t.Errorf("%d of 2000 requests failed at failProbability 0.3, want 600 +- 84", failed)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("GET")); got != 2000 {
+		t.Errorf("requests counted %v, want 2000 (failed ones too)", got)
 	}
 }
 
