@@ -53,13 +53,14 @@ verify: ## Fail when generated files (CRD, RBAC, deepcopy) or go.mod are stale.
 ##@ Test
 
 # Every test and the demo run the real binaries: kube-apiserver and etcd
-# (KUBEBUILDER_ASSETS), Envoy, Prometheus, k6, helm, kustomize and promtool, all
+# (KUBEBUILDER_ASSETS), Envoy, Prometheus, k6, helm, kustomize, promtool and istiod, all
 # pinned in hack/tools.sh and installed before any test starts.
 # Plain assignments, so that a tool that fails to install stops make (errexit).
 TOOL_ENV = assets=$$($(TOOLS) env); eval "$$assets"; \
 	ENVOY_BIN=$$($(TOOLS) envoy); PROMETHEUS_BIN=$$($(TOOLS) prometheus); K6_BIN=$$($(TOOLS) k6); \
 	HELM_BIN=$$($(TOOLS) helm); KUSTOMIZE_BIN=$$($(TOOLS) kustomize); PROMTOOL_BIN=$$($(TOOLS) promtool); \
-	export ENVOY_BIN PROMETHEUS_BIN K6_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN
+	ISTIOD_BIN=$$($(TOOLS) istiod); \
+	export ENVOY_BIN PROMETHEUS_BIN K6_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN ISTIOD_BIN
 
 .PHONY: test
 test: test-unit test-e2e ## Run every test: unit, real API server, real Envoy and Prometheus, and the local-stack e2e.

@@ -47,6 +47,7 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
 	"github.com/tailcut/tailcut/controllers/xds"
@@ -79,6 +80,7 @@ func main() {
 		promTimeout            time.Duration
 		pushDebounce           time.Duration
 		metricsSecure          bool
+		istioOn                bool
 		xdsTLS                 xds.TLSFiles
 		kubeQPS                float64
 		kubeBurst              int
@@ -97,6 +99,7 @@ func main() {
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
+	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients whose token may get /metrics (a TokenReview and a SubjectAccessReview per scrape); false: plain HTTP to anyone who reaches the port.")
@@ -229,6 +232,14 @@ func main() {
 		}
 	} else if srv != nil {
 		log.Info("proxies connected to other replicas are not counted in status: set --replica-namespace (or POD_NAMESPACE) when running more than one replica")
+	}
+	if istioOn {
+		if _, err := mgr.GetRESTMapper().RESTMapping(istio.EnvoyFilterGVK.GroupKind(), istio.EnvoyFilterGVK.Version); err != nil {
+			log.Error(err, "--istio needs Istio's EnvoyFilter API (networking.istio.io/v1alpha3): install Istio, or run without --istio")
+			os.Exit(1)
+		}
+		reconciler.Publishers[tailcutv1alpha1.PublishIstio] = &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache()}
+		reconciler.Owns = append(reconciler.Owns, istio.NewEnvoyFilter())
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")

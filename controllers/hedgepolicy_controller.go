@@ -66,6 +66,9 @@ type HedgePolicyReconciler struct {
 	// Publishers holds one publisher per spec.publish.target. A target with no
 	// publisher is reported as Programmed=False, never silently ignored.
 	Publishers map[tailcutv1alpha1.PublishTarget]publish.Publisher
+	// Owns are the kinds publishers write for a policy, owned by it (Istio's
+	// EnvoyFilters): a change to one, or its deletion, reconciles the policy.
+	Owns []client.Object
 	// Notifications name policies to re-evaluate because a proxy connected,
 	// acknowledged or rejected their configuration (the xDS server).
 	Notifications []<-chan event.GenericEvent
@@ -373,6 +376,15 @@ func planInput(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoin
 func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps publish.ProgramStatus) {
 	status.Proxies = &tailcutv1alpha1.ProxyCounts{Connected: ps.Connected, Programmed: ps.Programmed, Version: ps.Version}
 	switch {
+	case policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishIstio:
+		meta.RemoveStatusCondition(&status.Conditions, tailcutv1alpha1.ConditionRetriesPreserved)
+	case ps.Overridden != "":
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, false, tailcutv1alpha1.ReasonVirtualServiceRetries, ps.Overridden)
+	default:
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, true, tailcutv1alpha1.ReasonNoRetriesOverridden,
+			"no VirtualService in the namespace sets retries on the Service's host")
+	}
+	switch {
 	case ps.Rejected != "":
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonRejected, "a proxy rejected version "+ps.Version+": "+ps.Rejected)
 	case ps.Connected == 0:
@@ -385,6 +397,8 @@ func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolic
 		// stays True, so Ready does not flap on every delay change.
 		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
 			fmt.Sprintf("%d of %d proxies run version %s; the others still run the previous one", ps.Programmed, ps.Connected, ps.Version))
+	case ps.Detail != "":
+		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed, ps.Detail)
 	default:
 		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
 			fmt.Sprintf("%d of %d proxies run version %s", ps.Programmed, ps.Connected, ps.Version))
@@ -592,6 +606,9 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
+	for _, o := range r.Owns {
+		b = b.Owns(o)
+	}
 	for _, ch := range r.Notifications {
 		b = b.WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{}))
 	}

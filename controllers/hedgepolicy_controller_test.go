@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 )
@@ -286,19 +288,6 @@ func TestRejectedConfigIsReported(t *testing.T) {
 	}
 }
 
-func TestPublisherNotConfigured(t *testing.T) {
-	ns := newNamespace(t)
-	newService(t, ns, "checkout", 8080)
-	p := newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
-		staticDelay(20 * time.Millisecond)(s)
-		s.Publish.Target = tailcutv1alpha1.PublishIstio
-	})
-	got := waitCondition(t, client.ObjectKeyFromObject(p), tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonPublisherAbsent)
-	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, "no Istio publisher") {
-		t.Errorf("Programmed message %q", c.Message)
-	}
-}
-
 func TestDeletionWithdrawsThePlan(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
@@ -326,28 +315,103 @@ func TestDeletionWithdrawsThePlan(t *testing.T) {
 	})
 }
 
-// TestSwitchingPublisherWithdrawsTheOldRoutes is issue #12's defect 7: moving a
-// policy from XDS to Istio left its routes in tailcut's Envoy.
+// TestSwitchingPublisherWithdrawsTheOldRoutes is issue #12's defect 7 (moving
+// a policy from XDS to Istio left its routes in tailcut's Envoy) and #13's
+// switch, both ways: each move leaves nothing on the side the policy left,
+// and the policy's EnvoyFilter goes with the policy.
 func TestSwitchingPublisherWithdrawsTheOldRoutes(t *testing.T) {
+	ctx := context.Background()
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
 	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, "plan published to XDS", func() error {
-		if _, ok := publisher.plan(key); !ok {
-			return fmt.Errorf("no plan yet")
+	filterKey := types.NamespacedName{Namespace: ns, Name: istio.FilterName(p.Name)}
+	filter := func() (*unstructured.Unstructured, error) {
+		u := istio.NewEnvoyFilter()
+		return u, k8s.Get(ctx, filterKey, u)
+	}
+	onXDS := func(what string) {
+		t.Helper()
+		eventually(t, what, func() error {
+			if _, ok := publisher.plan(key); !ok {
+				return fmt.Errorf("no XDS plan")
+			}
+			if _, err := filter(); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("EnvoyFilter %s still there (%v)", filterKey, err)
+			}
+			return nil
+		})
+	}
+	switchTo := func(target tailcutv1alpha1.PublishTarget) {
+		t.Helper()
+		var cur tailcutv1alpha1.HedgePolicy
+		if err := k8s.Get(ctx, key, &cur); err != nil {
+			t.Fatal(err)
+		}
+		base := cur.DeepCopy()
+		cur.Spec.Publish.Target = target
+		if err := k8s.Patch(ctx, &cur, client.MergeFrom(base)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onXDS("published to XDS only")
+
+	switchTo(tailcutv1alpha1.PublishIstio)
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionTrue, tailcutv1alpha1.ReasonProgrammed)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, "EnvoyFilter "+filterKey.String()) {
+		t.Errorf("Programmed message %q does not name the EnvoyFilter", c.Message)
+	}
+	eventually(t, "published to Istio only", func() error {
+		if _, ok := publisher.plan(key); ok {
+			return fmt.Errorf("the policy publishes to Istio now, but its XDS plan is still served")
+		}
+		f, err := filter()
+		if err != nil {
+			return err
+		}
+		if refs := f.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != p.UID || refs[0].Controller == nil || !*refs[0].Controller {
+			return fmt.Errorf("owner references %+v, want the policy as controller", refs)
+		}
+		if f.GetLabels()[istio.LabelPolicy] != p.Name || f.GetAnnotations()[istio.AnnotationVersion] != got.Status.Proxies.Version {
+			return fmt.Errorf("labels %v, annotations %v, status version %s", f.GetLabels(), f.GetAnnotations(), got.Status.Proxies.Version)
 		}
 		return nil
 	})
-	base := p.DeepCopy()
-	p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
-	if err := k8s.Patch(context.Background(), p, client.MergeFrom(base)); err != nil {
+
+	// A delay change is an update of the same filter.
+	f0, _ := filter()
+	var cur tailcutv1alpha1.HedgePolicy
+	if err := k8s.Get(ctx, key, &cur); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionFalse, tailcutv1alpha1.ReasonPublisherAbsent)
-	eventually(t, "the XDS routes withdrawn", func() error {
-		if _, ok := publisher.plan(key); ok {
-			return fmt.Errorf("the policy publishes to Istio now, but its XDS plan is still served")
+	base := cur.DeepCopy()
+	staticDelay(35 * time.Millisecond)(&cur.Spec)
+	if err := k8s.Patch(ctx, &cur, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the filter carries the new delay", func() error {
+		f, err := filter()
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(f.Object["spec"])
+		if !strings.Contains(string(b), `"per_try_timeout":"0.035s"`) || f.GetUID() != f0.GetUID() {
+			return fmt.Errorf("filter %s (uid %s, was %s): %s", filterKey, f.GetUID(), f0.GetUID(), b)
+		}
+		return nil
+	})
+
+	switchTo(tailcutv1alpha1.PublishXDS)
+	onXDS("back on XDS only: the EnvoyFilter removed")
+
+	switchTo(tailcutv1alpha1.PublishIstio)
+	eventually(t, "on Istio again", func() error { _, err := filter(); return err })
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the filter goes with the policy", func() error {
+		if _, err := filter(); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("EnvoyFilter %s still there (%v)", filterKey, err)
 		}
 		return nil
 	})
@@ -681,4 +745,43 @@ func publishedPolicies(t *testing.T, ns string, n int, delay tailcutv1alpha1.Del
 		return nil
 	})
 	return keys
+}
+
+// TestVirtualServiceRetriesAreReported: on Istio, a VirtualService's retries
+// on the same host give way to the hedge's route patch; the policy says so in
+// RetriesPreserved=False, naming the VirtualService and what requests get.
+func TestVirtualServiceRetriesAreReported(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newService(t, ns, "catalog", 8080)
+	p := newPolicy(t, ns, "catalog", func(s *tailcutv1alpha1.HedgePolicySpec) {
+		staticDelay(25 * time.Millisecond)(s)
+		s.Publish.Target = tailcutv1alpha1.PublishIstio
+		s.EvaluationInterval = &metav1.Duration{Duration: 5 * time.Second}
+	})
+	key := client.ObjectKeyFromObject(p)
+	waitCondition(t, key, tailcutv1alpha1.ConditionRetriesPreserved, metav1.ConditionTrue, tailcutv1alpha1.ReasonNoRetriesOverridden)
+
+	vs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+		"metadata": map[string]any{"name": "catalog-retries", "namespace": ns},
+		"spec": map[string]any{
+			"hosts": []any{"catalog"},
+			"http": []any{map[string]any{
+				"route":   []any{map[string]any{"destination": map[string]any{"host": "catalog"}}},
+				"retries": map[string]any{"attempts": int64(3), "retryOn": "5xx,gateway-error", "perTryTimeout": "500ms"},
+			}},
+		},
+	}}
+	if err := k8s.Create(ctx, vs); err != nil {
+		t.Fatal(err)
+	}
+	// A VirtualService does not wake the policy; its next evaluation finds it.
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionRetriesPreserved, metav1.ConditionFalse, tailcutv1alpha1.ReasonVirtualServiceRetries)
+	msg := conditionOf(got, tailcutv1alpha1.ConditionRetriesPreserved).Message
+	for _, want := range []string{"catalog-retries", "attempts 3", "5xx,gateway-error", "at most 1 hedge(s) after 25ms", "spec.retryOn"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("RetriesPreserved message lacks %q: %s", want, msg)
+		}
+	}
 }

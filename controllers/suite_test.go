@@ -37,6 +37,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
@@ -59,11 +60,17 @@ var (
 )
 
 // TestMain runs one real API server and one manager with the reconciler for
-// every test in this package. The publisher is a recording stand-in: the real
-// xDS and Istio publishers are tested in their own packages.
+// every test in this package, with Istio's CRDs installed. The XDS publisher is
+// a recording stand-in (the real one is tested in its package); the Istio
+// publisher is the real one, writing EnvoyFilters to the API server.
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	env, c, err := envtestutil.Start()
+	istioCRDs, err := envtestutil.IstioCRDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	env, c, err := envtestutil.Start(istioCRDs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -124,7 +131,11 @@ func run(m *testing.M) int {
 		Notifications: []<-chan event.GenericEvent{watcher.Events(), publisher.events},
 		Evaluations:   []<-chan event.GenericEvent{sampled},
 		Estimator:     suiteEstimator{prom: prom},
-		Publishers:    map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: counting},
+		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{
+			tailcutv1alpha1.PublishXDS:   counting,
+			tailcutv1alpha1.PublishIstio: &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache()},
+		},
+		Owns: []client.Object{istio.NewEnvoyFilter()},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)

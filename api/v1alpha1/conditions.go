@@ -30,10 +30,17 @@ const (
 	// ConditionReady summarizes the others: True when Accepted and Programmed are
 	// True and hedging runs with a derived or static delay.
 	ConditionReady = "Ready"
+	// ConditionRetriesPreserved is set on policies published to Istio: False
+	// when a VirtualService sets retries on the same host, which the hedge's
+	// route patch overrides; the message says what the user gets.
+	ConditionRetriesPreserved = "RetriesPreserved"
 )
 
 // Condition reasons. Each names one case so alerts and tests can match on it.
 const (
+	ReasonNoRetriesOverridden   = "NoVirtualServiceRetries"
+	ReasonVirtualServiceRetries = "VirtualServiceRetries"
+
 	ReasonAccepted          = "Accepted"
 	ReasonTargetNotFound    = "TargetNotFound"
 	ReasonPortNotFound      = "PortNotFound"

@@ -204,6 +204,14 @@ const (
 	// ordinary client traffic is all the estimator needs. Traffic that skips
 	// hedging (the x-tailcut-bypass header, other methods and paths) is never
 	// read.
+	//
+	// With publish.target Istio, Envoy is the clients' sidecars: the latency
+	// is Istio's istio_request_duration_milliseconds (reporter source, the
+	// Service as destination, the policy's namespace as source), and the hedge
+	// counters are the sidecars' envoy_cluster_upstream_rq_retry and
+	// envoy_cluster_upstream_rq_total for the Service's outbound cluster, which
+	// Istio exports only when the mesh's proxyStatsMatcher includes them;
+	// without them delayReason says so and the budget guard is off.
 	EstimateSourceEnvoy EstimateSource = "Envoy"
 	// EstimateSourceWorkload reads the application's own request-duration histogram.
 	EstimateSourceWorkload EstimateSource = "Workload"
@@ -391,6 +399,33 @@ type Publish struct {
 	// +optional
 	// +kubebuilder:default=XDS
 	Target PublishTarget `json:"target,omitempty"`
+	// Istio tunes target Istio.
+	// +optional
+	Istio *IstioPublish `json:"istio,omitempty"`
+}
+
+// IstioContext names the proxies an EnvoyFilter patches.
+// +kubebuilder:validation:Enum=SidecarOutbound;Gateway
+type IstioContext string
+
+const (
+	// IstioSidecarOutbound patches the sidecars of the policy's namespace, on
+	// their way out to the Service: Istio applies an EnvoyFilter to the
+	// workloads of its own namespace, so clients in other namespaces are not
+	// hedged.
+	IstioSidecarOutbound IstioContext = "SidecarOutbound"
+	// IstioGateway patches the Istio gateways that run in the policy's
+	// namespace, on routes whose virtual host is the Service's
+	// (<svc>.<ns>.svc.cluster.local:<port>, a VirtualService host).
+	IstioGateway IstioContext = "Gateway"
+)
+
+// IstioPublish tunes the EnvoyFilter written for target Istio.
+type IstioPublish struct {
+	// Context says which proxies hedge: SidecarOutbound (the default) or Gateway.
+	// +optional
+	// +kubebuilder:default=SidecarOutbound
+	Context IstioContext `json:"context,omitempty"`
 }
 
 // DelaySource says where the programmed delay came from.

@@ -143,12 +143,19 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 // sampled is what the sampler read for the policy's span, and the span it
 // covers.
 func (p *Prometheus) sampled(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, sp span) (answers, span, bool) {
-	if auto.Source == tailcutv1alpha1.EstimateSourceEnvoy {
+	if sampledByCluster(policy, auto) {
 		cluster := plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
 		return p.memory.envoyAnswers(cluster, sp, auto.Window.Duration, policy.Spec.EffectiveEvaluationInterval())
 	}
 	a, ok := p.memory.ownAnswers(types.NamespacedName{Namespace: policy.Namespace, Name: policy.Name}, sp)
 	return a, sp, ok
+}
+
+// sampledByCluster says whether the sampler reads the policy with the
+// batched queries over tailcut's Envoy clusters; the others (Workload,
+// Custom, and any policy on an Istio mesh) have queries of their own.
+func sampledByCluster(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay) bool {
+	return auto.Source == tailcutv1alpha1.EstimateSourceEnvoy && policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishXDS
 }
 
 // changeSettle is left out at the start of a span that begins at a delay
@@ -317,7 +324,7 @@ func histogramOf(a answer, scale float64) *cdf {
 // "hedging hurts" guards.
 func (p *Prometheus) hedge(qs querySet, ra, aa answer) (*hedgeReading, string) {
 	if qs.retries == "" {
-		return nil, "no hedge counters for this publish target"
+		return nil, "no hedge counters for this source"
 	}
 	if ra.err != nil {
 		return nil, classify(ra.err, "retry", p.timeout).msg
@@ -326,6 +333,9 @@ func (p *Prometheus) hedge(qs querySet, ra, aa answer) (*hedgeReading, string) {
 		return nil, classify(aa.err, "request", p.timeout).msg
 	}
 	retries, nd := single(ra.v, "retry")
+	if nd != nil && qs.hedgeHint != "" && nd.reason == tailcutv1alpha1.ReasonNoData {
+		return nil, qs.hedgeHint
+	}
 	if nd != nil {
 		return nil, nd.msg
 	}

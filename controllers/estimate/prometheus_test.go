@@ -22,6 +22,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -666,9 +667,35 @@ func TestCustomQuery(t *testing.T) {
 	if res.Delay != 42*ms || res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 		t.Errorf("got %s from %s, want 42ms (%s)", res.Delay, res.Source, res.Reason)
 	}
-	want := `scalar(histogram_quantile(0.95, sum by (le) (rate(rpc_seconds_bucket{namespace="shop",svc="cart",port="8080"}[2m]))))`
-	if q := f.queries(); len(q) != 1 || q[0] != want {
-		t.Errorf("queries %q, want only %q", q, want)
+	// On the mesh, the hedge counters are the sidecars' own, for the Service's
+	// outbound cluster; with none exported, the reason says what to enable.
+	want := []string{
+		`scalar(histogram_quantile(0.95, sum by (le) (rate(rpc_seconds_bucket{namespace="shop",svc="cart",port="8080"}[2m]))))`,
+		`sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+		`sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+	}
+	q := f.queries()
+	slices.Sort(q)
+	slices.Sort(want)
+	if !slices.Equal(q, want) {
+		t.Errorf("queries %q, want %q", q, want)
+	}
+	if !strings.Contains(res.Reason, "proxyStatsMatcher") {
+		t.Errorf("reason %q does not say how to get the hedge counters on the mesh", res.Reason)
+	}
+}
+
+// TestMeshLatencyIsIstiosHistogram: on an Istio mesh, source Envoy reads the
+// clients' sidecars: Istio's request-duration histogram as reported by the
+// source, for the Service, from the policy's namespace.
+func TestMeshLatencyIsIstiosHistogram(t *testing.T) {
+	f := newFakeProm(t)
+	policy := testPolicy()
+	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+	_ = estimate(t, f, policy)
+	want := `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m]))`
+	if q := f.queries(); !slices.Contains(q, want) {
+		t.Errorf("queries %q lack %q", q, want)
 	}
 }
 

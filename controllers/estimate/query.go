@@ -84,6 +84,9 @@ type querySet struct {
 	// above its bound a bucket reaches.
 	boundScale float64
 	edge       bucketEdge
+	// hedgeHint says what to enable when the hedge counters have no data (on
+	// a mesh, they are opt-in).
+	hedgeHint string
 }
 
 // Built-in query templates. Selector and HedgedSelector are complete label
@@ -93,12 +96,27 @@ var (
 	tmplPrev     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}] offset {{.Window}}))`
 	tmplLast     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}]))`
 	tmplEarlier  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}] offset {{.Interval}}))`
-	tmplRetries  = `sum(increase(envoy_cluster_upstream_rq_retry{{.HedgedSelector}}[{{.Range}}]))`
-	tmplAttempts = `sum(increase(envoy_cluster_upstream_rq_total{{.HedgedSelector}}[{{.Range}}]))`
+	tmplRetries  = `sum(increase(` + retryMetric + `{{.HedgedSelector}}[{{.Range}}]))`
+	tmplAttempts = `sum(increase(` + attemptMetric + `{{.HedgedSelector}}[{{.Range}}]))`
 )
 
 // envoyLatencyMetric is Envoy's per-cluster upstream latency histogram, in ms.
 const envoyLatencyMetric = "envoy_cluster_upstream_rq_time"
+
+// On an Istio mesh: Istio's standard request-duration histogram (ms), and the
+// label Istio's merged Envoy stats give the cluster name.
+const (
+	istioLatencyMetric = "istio_request_duration_milliseconds"
+	istioClusterLabel  = "cluster_name"
+)
+
+// meshHost and meshCluster are the Service's host and outbound cluster as
+// istiod names them.
+func meshHost(svc, ns string) string { return svc + "." + ns + ".svc.cluster.local" }
+
+func meshCluster(svc, ns string, port int32) string {
+	return fmt.Sprintf("outbound|%d||%s", port, meshHost(svc, ns))
+}
 
 // promQLParser parses every rendered query before it is sent.
 var promQLParser = parser.NewParser(parser.Options{})
@@ -117,8 +135,24 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		"HedgedSelector": selector([][2]string{{envoyClusterLabel, plan.ClusterName(ns, svc, port)}}),
 	}
 	var qs querySet
+	mesh := policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishIstio
+	if mesh {
+		// The sidecars' own counters of the Service's cluster, which Istio
+		// exports only when proxyStatsMatcher includes them.
+		data["HedgedSelector"] = selector([][2]string{{istioClusterLabel, meshCluster(svc, ns, port)}, {"namespace", ns}})
+		qs.hedgeHint = fmt.Sprintf("the sidecars of namespace %s export no %s or %s for cluster %s: add them to the mesh's proxyStatsMatcher "+
+			"(inclusionRegexps: .*upstream_rq_retry$, .*upstream_rq_total$); until then the budget guard is off", ns, retryMetric, attemptMetric, meshCluster(svc, ns, port))
+	}
 	switch auto.Source {
 	case tailcutv1alpha1.EstimateSourceEnvoy:
+		if mesh {
+			// On the mesh, Envoy is the clients' sidecars: Istio's standard
+			// request-duration histogram as the clients saw it.
+			data["Metric"] = istioLatencyMetric
+			data["Selector"] = selector([][2]string{{"reporter", "source"}, {"destination_service", meshHost(svc, ns)}, {"source_workload_namespace", ns}})
+			qs.boundScale, qs.edge = 1e-3, exactEdge
+			break
+		}
 		data["Metric"] = envoyLatencyMetric
 		data["Selector"] = data["HedgedSelector"]
 		qs.boundScale, qs.edge = 1e-3, envoyEdge
@@ -172,10 +206,7 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		jobs = append(jobs, job{&qs.buckets, tmplBuckets}, job{&qs.prevBuckets, tmplPrev}, job{&qs.lastBuckets, tmplLast},
 			job{&qs.earlierBuckets, tmplEarlier})
 	}
-	// The hedge counters exist only on tailcut's own Envoy clusters.
-	if policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishXDS {
-		jobs = append(jobs, job{&qs.retries, tmplRetries}, job{&qs.attempts, tmplAttempts})
-	}
+	jobs = append(jobs, job{&qs.retries, tmplRetries}, job{&qs.attempts, tmplAttempts})
 	for _, j := range jobs {
 		q, err := render("builtin", j.tmpl, data)
 		if err == nil {

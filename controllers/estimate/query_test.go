@@ -66,7 +66,7 @@ func TestBuiltinQueries(t *testing.T) {
 			},
 		},
 		{
-			name: "Workload in milliseconds, published through Istio: no hedge counters",
+			name: "Workload in milliseconds, published through Istio: the sidecars' hedge counters",
 			policy: func(p *tailcutv1alpha1.HedgePolicy) {
 				p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
 				a := p.Spec.Delay.Auto
@@ -79,6 +79,23 @@ func TestBuiltinQueries(t *testing.T) {
 				prevBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
 				lastBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s]))`,
 				earlierBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s] offset 30s))`,
+				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+			},
+		},
+		{
+			name: "Envoy on an Istio mesh: Istio's histogram, as the clients' sidecars report it",
+			policy: func(p *tailcutv1alpha1.HedgePolicy) {
+				p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+			},
+			rng: 2 * time.Minute,
+			want: querySet{
+				buckets:        `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m]))`,
+				prevBuckets:    `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m] offset 2m))`,
+				lastBuckets:    `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[30s]))`,
+				earlierBuckets: `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[30s] offset 30s))`,
+				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
 			},
 		},
 	} {

@@ -172,7 +172,7 @@ func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 		a := p.Spec.EffectiveAuto()
 		sc.tick = min(sc.tick, p.Spec.EffectiveEvaluationInterval())
 		sc.keep = max(sc.keep, 2*a.Window.Duration)
-		sc.envoy = sc.envoy || a.Source == tailcutv1alpha1.EstimateSourceEnvoy
+		sc.envoy = sc.envoy || sampledByCluster(p, &a)
 	}
 	sc.tick = tickFor(sc.tick)
 	return sc, nil
@@ -247,7 +247,7 @@ func (s *Sampler) readOwn(ctx context.Context, auto []*tailcutv1alpha1.HedgePoli
 	var wg sync.WaitGroup
 	for _, policy := range auto {
 		a := policy.Spec.EffectiveAuto()
-		if a.Source == tailcutv1alpha1.EstimateSourceEnvoy {
+		if sampledByCluster(policy, &a) {
 			continue
 		}
 		sp := readSpan(policy, &a, now)
@@ -308,7 +308,7 @@ func (s *Sampler) due(auto []*tailcutv1alpha1.HedgePolicy, now time.Time, tick t
 // in memory.
 func (s *Sampler) readable(p *tailcutv1alpha1.HedgePolicy, now time.Time) bool {
 	a := p.Spec.EffectiveAuto()
-	if a.Source != tailcutv1alpha1.EstimateSourceEnvoy {
+	if !sampledByCluster(p, &a) {
 		return true
 	}
 	sp := readSpan(p, &a, now)

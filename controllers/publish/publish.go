@@ -57,6 +57,12 @@ type ProgramStatus struct {
 	// Rejected holds a proxy's error detail when it refused the policy's
 	// current version.
 	Rejected string
+	// Detail, when set, says in the publisher's words where the
+	// configuration is (Istio: which EnvoyFilter holds it).
+	Detail string
+	// Overridden, when set, says what user configuration the policy
+	// overrides (Istio: a VirtualService's retries on the same host).
+	Overridden string
 }
 
 // SyncWaiter is implemented by publishers that serve nothing after start-up

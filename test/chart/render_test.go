@@ -90,6 +90,12 @@ var valueSets = []valueSet{
 			"monitoring.labels.release=kube-prometheus-stack", "monitoring.rules.hedgeRateThreshold=0.1"},
 		kinds: map[string]int{"Deployment": 2, "ClusterRole": 2, "PodDisruptionBudget": 1, "ServiceMonitor": 2},
 	},
+	{
+		// Istio mesh mode: one more ClusterRole and binding, for EnvoyFilters.
+		name:  "istio",
+		set:   []string{"istio.enabled=true"},
+		kinds: map[string]int{"Deployment": 2, "ClusterRole": 5, "ClusterRoleBinding": 2},
+	},
 }
 
 // namespace is where a value set is installed.
@@ -222,6 +228,40 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 		}
 		if env["TARGET_URL"] != "http://tailcut-proxy.chart-demo.svc:80" || env["HOST"] != "workload.chart-demo" {
 			t.Errorf("k6 targets %q with Host %q", env["TARGET_URL"], env["HOST"])
+		}
+	}
+}
+
+// EnvoyFilter rights and the --istio flag come with istio.enabled, and
+// without it the operator gets no right on any Istio resource.
+func TestIstioRightsOnlyWithIstioEnabled(t *testing.T) {
+	for _, v := range []valueSet{valueSets[0], valueSets[6]} {
+		on := v.name == "istio"
+		objs := render(t, v)
+		istioRules := 0
+		for _, r := range byKind(objs, "ClusterRole") {
+			rules, _, _ := unstructured.NestedSlice(r.Object, "rules")
+			for _, rule := range rules {
+				groups, _, _ := unstructured.NestedStringSlice(rule.(map[string]any), "apiGroups")
+				resources, _, _ := unstructured.NestedStringSlice(rule.(map[string]any), "resources")
+				if slices.Contains(groups, "networking.istio.io") {
+					istioRules++
+					if !on {
+						t.Errorf("%s: %s grants %v on %v without istio.enabled", v.name, ref(r), groups, resources)
+					}
+				}
+			}
+		}
+		if on && istioRules != 2 {
+			t.Errorf("%s: %d rules on networking.istio.io, want envoyfilters and virtualservices", v.name, istioRules)
+		}
+		for _, d := range byKind(objs, "Deployment") {
+			if d.GetName() != "tailcut" {
+				continue
+			}
+			if got := slices.Contains(containerArgs(t, d, "manager"), "--istio"); got != on {
+				t.Errorf("%s: operator has --istio = %v, want %v", v.name, got, on)
+			}
 		}
 	}
 }

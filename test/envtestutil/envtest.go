@@ -22,8 +22,10 @@ package envtestutil
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -51,7 +53,25 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// Start starts an API server with the CRDs in extraCRDDirs besides tailcut's.
+// IstioCRDs is the file of Istio's CRDs in the istio.io/api module go.mod
+// names (the module is a dependency of the Istio publisher's tests, so the Go
+// toolchain has it).
+func IstioCRDs() (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/api")
+	cmd.Dir = RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the istio.io/api module (go list -m istio.io/api): %w", err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(out)), "kubernetes", "customresourcedefinitions.gen.yaml")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("the Istio CRDs: %w (run go mod download istio.io/api)", err)
+	}
+	return path, nil
+}
+
+// Start starts an API server with the CRDs in extraCRDDirs (directories or
+// files) besides tailcut's.
 func Start(extraCRDDirs ...string) (*envtest.Environment, *rest.Config, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {

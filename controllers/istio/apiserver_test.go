@@ -1,0 +1,215 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package istio
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// startAPIServer runs a real kube-apiserver with Istio's CRDs from the
+// istio.io/api module (the version go.mod names) and tailcut's.
+func startAPIServer(t *testing.T) client.Client {
+	t.Helper()
+	crds, err := envtestutil.IstioCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, cfg, err := envtestutil.Start(crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestGoldenFiltersPassServerSideDryRun sends every golden EnvoyFilter to the
+// API server as a server-side apply dry run: Istio's CRD schema accepts it.
+// The spec also parses, strictly, as Istio's EnvoyFilter proto. A filter with
+// an unknown applyTo is the control: the dry run must refuse it.
+func TestGoldenFiltersPassServerSideDryRun(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := context.Background()
+	outs, err := filepath.Glob(filepath.Join("testdata", "out", "*.yaml"))
+	if err != nil || len(outs) < 4 {
+		t.Fatalf("want the golden outputs, found %d (%v)", len(outs), err)
+	}
+	namespaces := map[string]bool{}
+	apply := func(u *unstructured.Unstructured) error {
+		if ns := u.GetNamespace(); !namespaces[ns] {
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			namespaces[ns] = true
+		}
+		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.DryRunAll, client.ForceOwnership)
+	}
+	for _, out := range outs {
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(b, &u.Object); err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if err := apply(u); err != nil {
+			t.Errorf("%s: the API server refused it: %v", out, err)
+		}
+		spec, err := json.Marshal(u.Object["spec"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protojson.Unmarshal(spec, &networkingv1alpha3.EnvoyFilter{}); err != nil {
+			t.Errorf("%s: not an Istio EnvoyFilter spec: %v", out, err)
+		}
+		// Istio keeps a patch value as a Struct and drops a misspelt field
+		// without a word: each value must be a route Envoy's proto knows.
+		patches, _, _ := unstructured.NestedSlice(u.Object, "spec", "configPatches")
+		for i, cp := range patches {
+			value, _, _ := unstructured.NestedMap(cp.(map[string]any), "patch", "value")
+			b, err := json.Marshal(value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := protojson.Unmarshal(b, &routev3.Route{}); err != nil {
+				t.Errorf("%s: patch %d is not an Envoy route: %v", out, i, err)
+			}
+		}
+	}
+
+	bad, err := EnvoyFilter(mustLoad(t, "sidecar-get.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Object["spec"].(map[string]any)["configPatches"].([]any)[0].(map[string]any)["applyTo"] = "HTTP_ROUTES"
+	if err := apply(bad); err == nil || !strings.Contains(err.Error(), "applyTo") {
+		t.Errorf("a filter with applyTo HTTP_ROUTES passed the dry run (%v): the check cannot fail", err)
+	}
+}
+
+// TestPublisherAppliesUpdatesAndRemoves runs the publisher against the API
+// server: the filter is written once per version (nothing when nothing
+// changed), updated in place, owned by the policy, and removed.
+func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := context.Background()
+	p, _ := mustLoad(t, "sidecar-get.yaml")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	policy := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "api"},
+		Spec: tailcutv1alpha1.HedgePolicySpec{
+			TargetRef: tailcutv1alpha1.TargetRef{Name: p.Service, Port: p.Port},
+			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
+		},
+	}
+	if err := c.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	pub := &Publisher{Client: c, Reader: c}
+	key := client.ObjectKeyFromObject(policy)
+	read := func() *unstructured.Unstructured {
+		u := NewEnvoyFilter()
+		if err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: FilterName("api")}, u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+
+	if err := pub.Publish(ctx, policy, p); err != nil {
+		t.Fatal(err)
+	}
+	first := read()
+	if refs := first.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != policy.UID {
+		t.Errorf("owner references %+v, want the policy", refs)
+	}
+	st := pub.Status(key)
+	if st.Programmed != 1 || st.Version == "" || st.Version != first.GetAnnotations()[AnnotationVersion] {
+		t.Errorf("status %+v, filter version %q", st, first.GetAnnotations()[AnnotationVersion])
+	}
+	managers := []string{}
+	for _, m := range first.GetManagedFields() {
+		managers = append(managers, m.Manager+"/"+string(m.Operation))
+	}
+	if len(managers) != 1 || managers[0] != FieldManager+"/Apply" {
+		t.Errorf("managed fields %v, want one server-side apply by %s", managers, FieldManager)
+	}
+
+	if err := pub.Publish(ctx, policy, p); err != nil {
+		t.Fatal(err)
+	}
+	if again := read(); again.GetResourceVersion() != first.GetResourceVersion() {
+		t.Errorf("the same plan wrote the filter again (resourceVersion %s -> %s)", first.GetResourceVersion(), again.GetResourceVersion())
+	}
+
+	p.Hedge.Delay = 40 * time.Millisecond
+	if err := pub.Publish(ctx, policy, p); err != nil {
+		t.Fatal(err)
+	}
+	changed := read()
+	spec, _ := json.Marshal(changed.Object["spec"])
+	if changed.GetUID() != first.GetUID() || !strings.Contains(string(spec), `"per_try_timeout":"0.040s"`) {
+		t.Errorf("after a delay change: uid %s (was %s), spec %s", changed.GetUID(), first.GetUID(), spec)
+	}
+	if pub.Status(key).Version == st.Version {
+		t.Errorf("the version did not move with the delay")
+	}
+
+	if err := pub.Remove(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Remove(ctx, key); err != nil {
+		t.Errorf("removing twice: %v", err)
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(EnvoyFilterGVK.GroupVersion().WithKind("EnvoyFilterList"))
+	if err := c.List(ctx, list, client.InNamespace(p.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d EnvoyFilters left after Remove", len(list.Items))
+	}
+}
+
+func mustLoad(t *testing.T, name string) (plan.RoutePlan, tailcutv1alpha1.IstioContext) {
+	t.Helper()
+	return loadGolden(t, filepath.Join("testdata", "in", name))
+}

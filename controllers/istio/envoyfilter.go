@@ -1,0 +1,195 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package istio publishes route plans to an Istio mesh as EnvoyFilters: Istio
+// has no hedging API, so tailcut patches the hedge into the routes istiod
+// already generates for the Service.
+package istio
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/xds"
+)
+
+// EnvoyFilterGVK is the Istio API tailcut writes.
+var EnvoyFilterGVK = schema.GroupVersionKind{Group: "networking.istio.io", Version: "v1alpha3", Kind: "EnvoyFilter"}
+
+// Labels on every EnvoyFilter tailcut writes: it lists and removes its own by
+// them, never by name alone.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "tailcut"
+	LabelPolicy    = "tailcut.dev/policy"
+)
+
+// NewEnvoyFilter is an empty EnvoyFilter, for watches and reads.
+func NewEnvoyFilter() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(EnvoyFilterGVK)
+	return u
+}
+
+// FilterName is the EnvoyFilter of a policy, in the policy's namespace.
+func FilterName(policy string) string { return "tailcut-" + policy }
+
+// Host is the Service's name in the mesh: istiod names the outbound virtual
+// host <Host>:<port> and the cluster outbound|<port>||<Host>.
+func Host(service, namespace string) string { return service + "." + namespace + ".svc.cluster.local" }
+
+// ErrPathPrefix is returned for a plan that hedges only part of the Service's
+// paths: the route patch lands on the virtual host's routes whatever their
+// paths, and Envoy routes cannot say "every path but this prefix".
+var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Service: match.pathPrefix must be /")
+
+// EnvoyFilter renders a plan as the EnvoyFilter of its policy (namespace and
+// name from the plan, "ns/name"). Two patches on the Service's virtual host
+// (<svc>.<ns>.svc.cluster.local:<port>):
+//
+//   - MERGE on every routing route (action ROUTE): the hedged retry policy
+//     and the hedge policy, as the xDS translator sets them. MERGE keeps what
+//     istiod or the user's VirtualService put on the route (destinations,
+//     weights, rewrites, timeouts); it overrides the retry policy's scalar
+//     fields (retry_on, num_retries, per_try_timeout,
+//     host_selection_retry_max_attempts) and appends to its lists (a second
+//     previous_hosts predicate beside Istio's).
+//   - INSERT_FIRST a route for every method the plan does not hedge, to the
+//     Service's cluster, that retries only what never reached the Service
+//     (connect-failure, refused-stream) and never hedges. The MERGE cannot
+//     leave them out: retriable_request_headers does not stop a hedge (with
+//     it, Envoy 1.40 still sent a POST's second attempt, without its body), and
+//     istiod applies MERGE before INSERT, so the inserted route keeps no
+//     hedge.
+//
+// A plan without a hedge (hedging off) merges num_retries 0, so turning
+// hedging off is a content change istiod pushes, not a removal.
+func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstructured.Unstructured, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Match.PathPrefix != "/" {
+		return nil, ErrPathPrefix
+	}
+	ns, name, ok := strings.Cut(p.Name, "/")
+	if !ok {
+		return nil, fmt.Errorf("plan name %q is not namespace/name", p.Name)
+	}
+	host := Host(p.Service, p.Namespace)
+	patchContext := "SIDECAR_OUTBOUND"
+	if context == tailcutv1alpha1.IstioGateway {
+		patchContext = "GATEWAY"
+	}
+	match := func(action string) map[string]any {
+		return map[string]any{
+			"context": patchContext,
+			"routeConfiguration": map[string]any{"vhost": map[string]any{
+				"name":  host + ":" + strconv.Itoa(int(p.Port)),
+				"route": map[string]any{"action": action},
+			}},
+		}
+	}
+	hedgedRoute, err := asMap(&routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}})
+	if err != nil {
+		return nil, err
+	}
+	unhedged, err := asMap(unhedgedRoute(p, host))
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{"configPatches": []any{
+			map[string]any{
+				"applyTo": "HTTP_ROUTE",
+				"match":   match("ROUTE"),
+				"patch":   map[string]any{"operation": "MERGE", "value": hedgedRoute},
+			},
+			map[string]any{
+				"applyTo": "HTTP_ROUTE",
+				"match":   match("ANY"),
+				"patch":   map[string]any{"operation": "INSERT_FIRST", "value": unhedged},
+			},
+		}},
+	}}
+	u.SetGroupVersionKind(EnvoyFilterGVK)
+	u.SetNamespace(ns)
+	u.SetName(FilterName(name))
+	u.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelPolicy: name})
+	return u, nil
+}
+
+// routeAction is the part of the route the MERGE patch sets. No timeout: the
+// route keeps istiod's (none) or the VirtualService's.
+func routeAction(p plan.RoutePlan) *routev3.RouteAction {
+	if p.Hedge == nil {
+		return &routev3.RouteAction{RetryPolicy: &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(0)}}
+	}
+	return &routev3.RouteAction{
+		RetryPolicy: xds.HedgeRetryPolicy(p.Hedge),
+		HedgePolicy: &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
+	}
+}
+
+// UnhedgedRouteName names the route inserted for the methods not hedged.
+const UnhedgedRouteName = "tailcut-unhedged"
+
+// unhedgedRoute takes every method but the plan's to the Service's cluster,
+// as istiod names it, with no timeout (as istiod sets none).
+func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
+	return &routev3.Route{
+		Name: UnhedgedRouteName,
+		Match: &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
+			Headers: []*routev3.HeaderMatcher{{
+				Name: ":method",
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "^(" + strings.Join(p.Match.Methods, "|") + ")$"}},
+				}},
+				InvertMatch: true,
+			}},
+		},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", p.Port, host)},
+			Timeout:          durationpb.New(0),
+			RetryPolicy:      &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream", NumRetries: wrapperspb.UInt32(2)},
+		}},
+	}
+}
+
+// asMap renders an Envoy message as the JSON object an EnvoyFilter patch value
+// is (proto field names, as Envoy's documentation spells them).
+func asMap(m proto.Message) (map[string]any, error) {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(b, &out)
+}

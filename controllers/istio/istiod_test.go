@@ -1,0 +1,464 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package istio
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/envtestutil"
+)
+
+// replica is a backend that counts what reaches it: attempts by method and
+// by x-envoy-attempt-count, and executions (requests it served to the end).
+type replica struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	attempts map[string]int // "GET/1", "POST/2", ...
+	executed map[string]int // by method
+}
+
+func newReplica(t *testing.T, delay time.Duration) *replica {
+	r := &replica{attempts: map[string]int{}, executed: map[string]int{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.attempts[req.Method+"/"+req.Header.Get("x-envoy-attempt-count")]++
+		r.mu.Unlock()
+		select {
+		case <-time.After(delay):
+		case <-req.Context().Done():
+			return // a hedge's loser, cancelled by Envoy
+		}
+		r.mu.Lock()
+		r.executed[req.Method]++
+		r.mu.Unlock()
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *replica) port() int { return r.srv.Listener.Addr().(*net.TCPAddr).Port }
+
+func (r *replica) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts, r.executed = map[string]int{}, map[string]int{}
+}
+
+func (r *replica) counts() (map[string]int, map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps(r.attempts), maps(r.executed)
+}
+
+func maps(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// run starts a process for the test, logging to dir/name.log, and stops it
+// by PID when the test ends.
+func run(t *testing.T, dir, name string, env []string, bin string, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log (last 3000 bytes):\n%s", name, tail(string(b), 3000))
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+}
+
+// sidecarBootstrap makes Envoy a sidecar of namespace demo for istiod's RDS
+// only: upstream Envoy cannot load istiod's clusters (they carry the
+// Istio-only istio.metadata_exchange), so the Service's cluster is static,
+// named as istiod names it, with the two replicas as endpoints.
+func sidecarBootstrap(adminPort, listenPort, istiodGRPC int, routeConfig, cluster string, replicas ...int) string {
+	var eps strings.Builder
+	for _, p := range replicas {
+		fmt.Fprintf(&eps, "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}\n", p)
+	}
+	return fmt.Sprintf(`node:
+  id: sidecar~127.0.0.10~client.demo~demo.svc.cluster.local
+  cluster: client.demo
+  metadata: {NAMESPACE: demo, CLUSTER_ID: Kubernetes, ISTIO_VERSION: "1.31.0", LABELS: {app: client}}
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services: [{envoy_grpc: {cluster_name: istiod}}]
+static_resources:
+  listeners:
+  - name: outbound
+    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: outbound
+          rds: {route_config_name: %q, config_source: {ads: {}, resource_api_version: V3}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+  - name: istiod
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: istiod
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}}]}]
+  - name: %q
+    type: STATIC
+    connect_timeout: 1s
+    lb_policy: ROUND_ROBIN
+    load_assignment:
+      cluster_name: %q
+      endpoints:
+      - lb_endpoints:
+%s`, adminPort, listenPort, routeConfig, istiodGRPC, cluster, cluster, eps.String())
+}
+
+// TestIstiodMergesTheHedgeIntoEnvoy is #13's proof with real parts: a real
+// API server with Istio's CRDs, a real istiod (pilot-discovery, ISTIOD_BIN),
+// a real Envoy (ENVOY_BIN) that takes its routes from istiod as a sidecar of
+// namespace demo, and two replicas of a Service (a ServiceEntry with loopback
+// endpoints: the API server refuses loopback addresses in EndpointSlices),
+// one 200 ms slow, one 5 ms. The publisher writes the policy's EnvoyFilter;
+// the route Envoy then holds carries the hedge, a GET that meets the slow
+// replica is answered by a hedge to the fast one, and a POST is executed
+// exactly once. A delay change reaches Envoy; removing the filter takes the
+// hedge away.
+func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
+	istiod, envoy := os.Getenv("ISTIOD_BIN"), os.Getenv("ENVOY_BIN")
+	if istiod == "" || envoy == "" {
+		t.Fatalf("ISTIOD_BIN=%q ENVOY_BIN=%q: this test runs the real istiod and Envoy. Run it through make, or export ISTIOD_BIN=$(hack/tools.sh istiod) ENVOY_BIN=$(hack/tools.sh envoy)", istiod, envoy)
+	}
+	crds, err := envtestutil.IstioCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, cfg, err := envtestutil.Start(crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := envtestutil.WriteKubeconfig(env, "istiod", kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"istio-system", "demo"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow, fast := newReplica(t, 200*time.Millisecond), newReplica(t, 5*time.Millisecond)
+	const port = 8080
+	host := Host("backend", "demo")
+	entry := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+		"metadata": map[string]any{"name": "backend", "namespace": "demo"},
+		"spec": map[string]any{
+			"hosts": []any{host}, "location": "MESH_INTERNAL", "resolution": "STATIC",
+			"ports":     []any{map[string]any{"number": int64(port), "name": "http", "protocol": "HTTP"}},
+			"endpoints": []any{map[string]any{"address": "127.0.0.1", "ports": map[string]any{"http": int64(slow.port())}}, map[string]any{"address": "127.0.0.1", "ports": map[string]any{"http": int64(fast.port())}}},
+		},
+	}}
+	if err := c.Create(ctx, entry); err != nil {
+		t.Fatal(err)
+	}
+
+	mesh := filepath.Join(dir, "mesh.yaml")
+	httpPort, grpcPort, monPort, ctrlzPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	if err := os.WriteFile(mesh, []byte(fmt.Sprintf("rootNamespace: istio-system\ntrustDomain: cluster.local\ndefaultConfig: {discoveryAddress: 127.0.0.1:%d}\n", grpcPort)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	networks := filepath.Join(dir, "meshNetworks.yaml")
+	if err := os.WriteFile(networks, []byte("networks: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Every listener on loopback; no CA, no injector, no validation webhook:
+	// the test needs only istiod's config translation and its plain xDS.
+	run(t, dir, "istiod", []string{"POD_NAMESPACE=istio-system", "ENABLE_CA_SERVER=false", "INJECT_ENABLED=false", "VALIDATION_WEBHOOK_CONFIG_NAME="},
+		istiod, "discovery", "--kubeconfig", kubeconfig, "--meshConfig", mesh, "--networksConfig", networks,
+		"--httpAddr", "127.0.0.1:"+strconv.Itoa(httpPort), "--grpcAddr", "127.0.0.1:"+strconv.Itoa(grpcPort),
+		"--secureGRPCAddr", "", "--httpsAddr", "", "--monitoringAddr", "127.0.0.1:"+strconv.Itoa(monPort),
+		"--ctrlz_address", "127.0.0.1", "--ctrlz_port", strconv.Itoa(ctrlzPort),
+		"--domain", "cluster.local", "--registries", "Kubernetes", "--clusterID", "Kubernetes")
+	waitUntil(t, 120*time.Second, "istiod /ready", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", httpPort))
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+
+	adminPort, listenPort := freePort(t), freePort(t)
+	boot := filepath.Join(dir, "envoy.yaml")
+	cluster := fmt.Sprintf("outbound|%d||%s", port, host)
+	if err := os.WriteFile(boot, []byte(sidecarBootstrap(adminPort, listenPort, grpcPort, strconv.Itoa(port), cluster, slow.port(), fast.port())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "envoy", nil, envoy, "-c", boot, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
+
+	// The route Envoy holds for the Service's virtual host, with its version.
+	routes := func() (string, []map[string]any) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/config_dump?resource=dynamic_route_configs", adminPort))
+		if err != nil {
+			return "", nil
+		}
+		defer resp.Body.Close()
+		var dump struct {
+			Configs []struct {
+				VersionInfo string `json:"version_info"`
+				RouteConfig struct {
+					VirtualHosts []struct {
+						Name   string           `json:"name"`
+						Routes []map[string]any `json:"routes"`
+					} `json:"virtual_hosts"`
+				} `json:"route_config"`
+			} `json:"configs"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&dump) != nil || len(dump.Configs) == 0 {
+			return "", nil
+		}
+		for _, vh := range dump.Configs[0].RouteConfig.VirtualHosts {
+			if vh.Name == host+":"+strconv.Itoa(port) {
+				return dump.Configs[0].VersionInfo, vh.Routes
+			}
+		}
+		return dump.Configs[0].VersionInfo, nil
+	}
+	waitUntil(t, 60*time.Second, "Envoy to hold istiod's route for "+host, func() (bool, string) {
+		v, rs := routes()
+		return len(rs) > 0, "version " + v
+	})
+	_, before := routes()
+	t.Logf("istiod's route before tailcut: %s", compact(before))
+
+	send := func(method string, n int) (p50, p99 time.Duration, codes map[int]int) {
+		codes = map[int]int{}
+		var lat []time.Duration
+		cl := &http.Client{Timeout: 5 * time.Second}
+		for i := range n {
+			req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/item/%d", listenPort, i), strings.NewReader("x"))
+			req.Host = fmt.Sprintf("%s:%d", host, port)
+			start := time.Now()
+			resp, err := cl.Do(req)
+			if err != nil {
+				codes[0]++
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat = append(lat, time.Since(start))
+			codes[resp.StatusCode]++
+		}
+		slices.Sort(lat)
+		if len(lat) == 0 {
+			return 0, 0, codes
+		}
+		return lat[len(lat)/2], lat[len(lat)*99/100], codes
+	}
+	measure := func(label, method string, n int) (time.Duration, map[string]int, map[string]int) {
+		slow.reset()
+		fast.reset()
+		p50, p99, codes := send(method, n)
+		time.Sleep(300 * time.Millisecond) // the slow replica's cancelled attempts end
+		sa, se := slow.counts()
+		fa, fe := fast.counts()
+		t.Logf("%s: %d %s: p50 %s, p99 %s, statuses %v; slow replica attempts %v executed %v; fast replica attempts %v executed %v",
+			label, n, method, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), codes, sa, se, fa, fe)
+		if codes[http.StatusOK] != n {
+			t.Errorf("%s: statuses %v for %d requests", label, codes, n)
+		}
+		exec := map[string]int{}
+		for m, v := range se {
+			exec[m] += v
+		}
+		for m, v := range fe {
+			exec[m] += v
+		}
+		att := map[string]int{}
+		for k, v := range sa {
+			att["slow "+k] = v
+		}
+		for k, v := range fa {
+			att["fast "+k] = v
+		}
+		return p99, att, exec
+	}
+	baseP99, _, _ := measure("before tailcut", http.MethodGet, 100)
+
+	// Publish, as the operator does.
+	policy := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "backend"},
+		Spec: tailcutv1alpha1.HedgePolicySpec{
+			TargetRef: tailcutv1alpha1.TargetRef{Name: "backend", Port: port},
+			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
+		},
+	}
+	if err := c.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	rp := plan.RoutePlan{
+		Name: "demo/backend", Namespace: "demo", Service: "backend", Port: port,
+		Hosts:  plan.ServiceHosts("backend", "demo", port),
+		Match:  plan.Match{PathPrefix: "/", Methods: []string{"GET", "HEAD"}},
+		Hedge:  &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
+		Budget: plan.Budget{Percent: 5, MinConcurrency: 3},
+	}
+	pub := &Publisher{Client: c, Reader: c}
+	hedged := func(perTry string) func() (bool, string) {
+		return func() (bool, string) {
+			v, rs := routes()
+			s := compact(rs)
+			return strings.Contains(s, `"hedge_on_per_try_timeout":true`) && strings.Contains(s, `"per_try_timeout":"`+perTry+`"`) &&
+				strings.Contains(s, `"name":"`+UnhedgedRouteName+`"`), "version " + v + ": " + s
+		}
+	}
+	start := time.Now()
+	if err := pub.Publish(ctx, policy, rp); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the hedge in Envoy's route", hedged("0.020s"))
+	_, after := routes()
+	t.Logf("in Envoy %.1f s after the EnvoyFilter was written; the routes Envoy holds:\n%s", time.Since(start).Seconds(), compact(after))
+
+	p99, att, _ := measure("hedged", http.MethodGet, 100)
+	if p99 > 120*time.Millisecond || p99 > baseP99/2 {
+		t.Errorf("hedged GET p99 %s (before: %s): the slow replica's requests should be answered by a hedge after 20 ms", p99, baseP99)
+	}
+	if att["fast GET/2"] < 30 {
+		t.Errorf("attempts %v: want hedges (x-envoy-attempt-count 2) at the fast replica for the GETs that met the slow one", att)
+	}
+	_, att, exec := measure("POST through the hedged virtual host", http.MethodPost, 40)
+	if exec["POST"] != 40 || att["fast POST/2"]+att["slow POST/2"] != 0 {
+		t.Errorf("40 POSTs: %d executions, attempts %v; want each executed once and never hedged", exec["POST"], att)
+	}
+
+	rp.Hedge.Delay = 35 * time.Millisecond
+	if err := pub.Publish(ctx, policy, rp); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the new delay in Envoy's route", hedged("0.035s"))
+
+	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "istiod's own route back in Envoy", func() (bool, string) {
+		v, rs := routes()
+		s := compact(rs)
+		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName), "version " + v + ": " + s
+	})
+}
+
+func compact(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
