@@ -214,22 +214,29 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		return interval, nil
 	}
 
-	var publishErr error
-	pub := r.Publishers[target]
-	switch pub {
-	case nil:
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
-	default:
-		if publishErr = pub.Publish(ctx, policy, p); publishErr != nil {
-			r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, publishErr.Error())
-		} else {
-			r.reportProgram(policy, status, now, pub.Status(key))
-		}
-	}
+	publishErr := r.publishTo(ctx, target, policy, status, now, p)
 	r.setReady(policy, status, now, len(p.Endpoints) == 0)
 	// The policy lives in one publisher at a time: after a switch of
 	// publish.target, the old one withdraws it.
 	return interval, errors.Join(publishErr, r.removeEverywhere(ctx, key, target))
+}
+
+// publishTo hands the plan to the target's publisher and records the outcome
+// in Programmed. An operator without that publisher says so; a publisher's
+// error is both the condition and the error returned.
+func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1alpha1.PublishTarget, policy *tailcutv1alpha1.HedgePolicy,
+	status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, p plan.RoutePlan) error {
+	pub := r.Publishers[target]
+	if pub == nil {
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
+		return nil
+	}
+	if err := pub.Publish(ctx, policy, p); err != nil {
+		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, err.Error())
+		return err
+	}
+	r.reportProgram(policy, status, now, pub.Status(client.ObjectKeyFromObject(policy)))
+	return nil
 }
 
 // resolveTarget finds the target Service port. A missing target is a reason, not

@@ -785,3 +785,23 @@ func TestVirtualServiceRetriesAreReported(t *testing.T) {
 		}
 	}
 }
+
+// TestPublisherNotConfigured: an operator that runs no publisher for the
+// policy's target (no --istio) says so in Programmed, and publishes nothing.
+func TestPublisherNotConfigured(t *testing.T) {
+	xdsOnly := newRecordingPublisher()
+	r := &HedgePolicyReconciler{Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: xdsOnly}}
+	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api"}}
+	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+	status := &tailcutv1alpha1.HedgePolicyStatus{}
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPublisherAbsent || !strings.Contains(c.Message, "no Istio publisher") {
+		t.Errorf("Programmed = %+v, want False, PublisherNotConfigured, naming Istio", c)
+	}
+	if n := xdsOnly.publishes(client.ObjectKeyFromObject(policy)); n != 0 {
+		t.Errorf("the XDS publisher got %d publishes for an Istio policy", n)
+	}
+}

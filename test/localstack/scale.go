@@ -604,7 +604,9 @@ func metricSum(port int, name, labels string) (float64, error) {
 	var sum float64
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
+		// A series with labels (name{...} v), or, when no labels are asked
+		// for, one without (name v).
+		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) || labels == "" && strings.HasPrefix(line, name+" ") {
 			f := strings.Fields(line)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {

@@ -104,6 +104,11 @@ func TestSoak(t *testing.T) {
 		if p.Status.EffectiveDelay != nil {
 			smp.delayMS = float64(p.Status.EffectiveDelay.Milliseconds())
 		}
+		// A reading of zero is a broken reading, and would make the
+		// flatness checks below pass whatever happens.
+		if smp.operatorRSS <= 0 || smp.operatorGoroutines <= 0 || smp.envoyRSS <= 0 || smp.envoyHeap <= 0 {
+			t.Fatalf("unreadable sample %+v: the soak cannot judge growth from it", smp)
+		}
 		return smp
 	}
 	fast := 15
