@@ -132,13 +132,12 @@ type Budget struct {
 }
 
 // HedgeRatio is what each request deposits in the policy's hedge account:
-// the share of requests that may be hedged, over any stretch. It is nine
-// tenths of the budget, so that what the account may hold (two seconds of
-// deposits, or HedgeBurst per Envoy worker) fits inside the budget over a 30 s
-// window: 0.9 x (30 + 2) / 30 = 0.96 of it at a steady rate, and at 100
-// requests a second with two workers 0.9 x 5% x 3,000 + 2 x 5 = 145 of the 150
-// hedges allowed.
-func (b Budget) HedgeRatio() float64 { return 0.9 * float64(b.Percent) / 100 }
+// the share of requests that may be hedged, over any stretch. It is the whole
+// budget: the estimator's delay aims at it (the p95 of a service whose slowest
+// 5% need a hedge), and at nine tenths of it the local stack's hedged p99
+// stayed at the unhedged 116 ms. Over a 30 s window the account may add what
+// it held at the start and the hedges of the requests then in flight.
+func (b Budget) HedgeRatio() float64 { return float64(b.Percent) / 100 }
 
 // Endpoint is one ready backend address.
 type Endpoint struct {

@@ -44,10 +44,9 @@ const (
 	HostSelectionRetryMaxAttempts = 3
 
 	// HedgeBurst is the least a hedge account may hold, in hedges (it may
-	// hold up to two seconds of deposits when that is more). The account pays
-	// for a request's hedges when the request arrives, so this bounds how many
-	// requests in flight may be hedged at low rates; it is also all an idle
-	// spell saves for the next burst of slow requests.
+	// hold up to two seconds of deposits when that is more): what an idle
+	// spell saves for the next burst of slow requests, and the part of the
+	// account that may exceed HedgeRatio in a short window.
 	HedgeBurst = 5
 )
 

@@ -44,13 +44,12 @@ func hedgeBudgetFilter() *hcmv3.HttpFilter {
 	}
 }
 
-// hedgeAccount is the hedged route's metadata: its policy's account, the
-// account's terms and the hedges one request may cost (num_retries).
+// hedgeAccount is the hedged route's metadata: its policy's account and the
+// account's terms.
 func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{HedgeBudgetFilter: {Fields: map[string]*structpb.Value{
 		"account": structpb.NewStringValue(p.Name),
 		"ratio":   structpb.NewNumberValue(p.Budget.HedgeRatio()),
 		"burst":   structpb.NewNumberValue(plan.HedgeBurst),
-		"hedges":  structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
 	}}}}
 }

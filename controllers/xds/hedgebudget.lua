@@ -8,20 +8,20 @@
 -- hedged route's metadata:
 --
 -- * Each request on the hedged route deposits `ratio` hedges.
--- * A request may be hedged only if the account can pay for all its hedges
---   (`hedges`, the route's num_retries) up front; they are reserved, and the
---   ones Envoy did not send (x-envoy-attempt-count on the response) are paid
---   back. A request the account cannot pay for goes out with
---   x-envoy-max-retries: 0, so Envoy does not hedge it.
+-- * A request that arrives while the account holds less than one hedge goes
+--   out with x-envoy-max-retries: 0, so Envoy does not hedge it.
+-- * Each extra attempt Envoy made for a request (x-envoy-attempt-count - 1 on
+--   the answer) withdraws one.
 -- * The account holds at most what the last two seconds deposited, and at
---   least `burst`: enough to pay for the requests in flight that may need a
---   hedge, small enough to stay inside the budget over any 30 s window.
+--   least `burst`.
 --
--- So over any stretch of N requests, hedges <= ratio * N + what the account
--- held at its start. Reserving up front makes that strict: hedges in flight
--- were paid for. Lua state is per worker thread: each worker keeps its own
--- accounts. A request whose response never comes (the client went away) keeps
--- its reservation: the account errs toward fewer hedges.
+-- Over any stretch of N requests, hedges <= ratio * N + what the account held
+-- at its start + the hedges of requests that were in flight at its start
+-- (their withdrawals come with their answers). Paying up front instead would
+-- make the bound strict, but then only as many requests as the account holds
+-- could be hedged at once, and ordinary hedging starved: in the local stack's
+-- e2e the hedged p99 stayed at the unhedged 116 ms. Lua state is per worker
+-- thread: each worker keeps its own accounts.
 
 local accounts = {}
 
@@ -53,11 +53,7 @@ function envoy_on_request(request_handle)
   local ratio = md:get("ratio")
   local cap = math.max(md:get("burst"), ratio * (a.last + a.this))
   a.balance = math.min(cap, a.balance + ratio)
-  local hedges = md:get("hedges")
-  if a.balance >= hedges then
-    a.balance = a.balance - hedges
-    request_handle:streamInfo():dynamicMetadata():set("tailcut.hedge_budget", "reserved", hedges)
-  else
+  if a.balance < 1 then
     request_handle:headers():replace("x-envoy-max-retries", "0")
   end
 end
@@ -70,7 +66,7 @@ function envoy_on_response(response_handle)
   local headers = response_handle:headers()
   local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   headers:remove("x-envoy-attempt-count")
-  local meta = response_handle:streamInfo():dynamicMetadata():get("tailcut.hedge_budget")
-  local reserved = meta and meta["reserved"] or 0
-  a.balance = a.balance + reserved - (attempts - 1)
+  if attempts > 1 then
+    a.balance = a.balance - (attempts - 1)
+  end
 end
