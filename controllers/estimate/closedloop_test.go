@@ -51,6 +51,9 @@ type loop struct {
 	// evaluation every 30s, minSamples 100).
 	policy func(*tailcutv1alpha1.HedgePolicy)
 	seed   uint64
+	// noAccount runs the data path without tailcut's hedge account, as an
+	// Istio sidecar does: the hedge counters then count every slow request.
+	noAccount bool
 }
 
 // localStack is the local stack's policy: a 30s window evaluated every 5s.
@@ -98,6 +101,9 @@ func runLoop(t *testing.T, l loop) loopRun {
 		l.policy(p)
 	}
 	m := newEnvoyModel(plan.ClusterName(p.Namespace, p.Spec.TargetRef.Name, p.Spec.TargetRef.Port), start)
+	if !l.noAccount {
+		m.account = newHedgeAccount(float64(p.Spec.EffectiveBudget().MaxExtraLoadPercent) / 100)
+	}
 	prom := &simProm{t: t, model: m}
 	est := &Prometheus{api: prom, timeout: time.Second}
 	// The production path: the sampler reads, Estimate decides from memory.
@@ -364,15 +370,18 @@ func TestClosedLoopFollowsAShift(t *testing.T) {
 		from   time.Duration
 		lasts  time.Duration
 		back   time.Duration // the longest the return may take: a window for the budget floor to expire, and steps down
+		// noAccount: an Istio sidecar, which has no hedge account.
+		noAccount bool
 	}{
-		{"local stack", localStack, 2 * time.Minute, 2 * time.Minute, 30*time.Second + 4*5*time.Second},
+		{"local stack", localStack, 2 * time.Minute, 2 * time.Minute, 30*time.Second + 4*5*time.Second, false},
 		// As TestOrdinaryTraffic shifts: back before a window passed.
-		{"local stack, 30s", localStack, 2 * time.Minute, 30 * time.Second, 30*time.Second + 4*5*time.Second},
-		{"defaults", nil, 5 * time.Minute, 2 * time.Minute, 2*time.Minute + 4*30*time.Second},
+		{"local stack, 30s", localStack, 2 * time.Minute, 30 * time.Second, 30*time.Second + 4*5*time.Second, false},
+		{"defaults", nil, 5 * time.Minute, 2 * time.Minute, 2*time.Minute + 4*30*time.Second, false},
+		{"local stack, no hedge account", localStack, 2 * time.Minute, 2 * time.Minute, 30*time.Second + 4*5*time.Second, true},
 	} {
 		until := tc.from + tc.lasts
 		length := until + tc.back + time.Minute
-		r := runLoop(t, loop{name: tc.name, rps: constantRate(150), duration: length, policy: tc.policy, seed: 3,
+		r := runLoop(t, loop{name: tc.name, rps: constantRate(150), duration: length, policy: tc.policy, seed: 3, noAccount: tc.noAccount,
 			latency: shiftMS(bimodalMS(15, 0.05), bimodalMS(40, 0.05), tc.from, until)})
 		interval := r.policy.Spec.EffectiveEvaluationInterval()
 		t.Logf("%s: delays around the shift %v", tc.name, r.delays(tc.from-interval, tc.from+4*interval))

@@ -182,19 +182,35 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 	code := tailcutv1alpha1.ReasonDerived
 	notes := []string{hedgeNote}
 
+	// The hedge account in Envoy holds hedges to the budget, so the hedge
+	// counters stay near it whatever the delay; the share of requests that
+	// ran past the delay says what the delay asks for.
+	passed, passedOver := 0.0, false
+	if cur > 0 && r.cdf != nil {
+		passed = r.cdf.beyond(cur.Seconds())
+		passedOver = overBudget(passed, r.samples, budget)
+	}
 	forced := false
-	if cur > 0 && r.hedge != nil {
+	if cur > 0 && (passedOver || (r.hedge != nil && r.hedge.over(budget))) {
+		pct := 100 * passed
+		if r.hedge != nil {
+			pct = math.Max(pct, r.hedge.percent())
+		}
+		if passedOver {
+			hedgeNote += fmt.Sprintf("; %.2f%% of %.0f requests ran past the delay", 100*passed, r.samples)
+		}
+		floor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: cur}, Percent: math.Round(pct*100) / 100, MeasuredAt: nowT}
+		if cur >= auto.Max.Duration {
+			return paused(tailcutv1alpha1.ReasonBudgetExceeded, fmt.Sprintf("%s with the delay already at max %s", hedgeNote, auto.Max.Duration))
+		}
+		code, forced = tailcutv1alpha1.ReasonBudgetExceeded, true
+		raised := math.Max(cur.Seconds()*(1+float64(auto.MaxStepPercent)/100), lowerBound*(1+delayMargin))
+		target = math.Max(target, raised)
+		notes[0] = hedgeNote
+		notes = append(notes, fmt.Sprintf("over budget: raising from %s", cur))
+	} else if cur > 0 && r.hedge != nil {
 		pct := r.hedge.percent()
-		if r.hedge.over(budget) {
-			floor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: cur}, Percent: math.Round(pct*100) / 100, MeasuredAt: nowT}
-			if cur >= auto.Max.Duration {
-				return paused(tailcutv1alpha1.ReasonBudgetExceeded, fmt.Sprintf("%s with the delay already at max %s", hedgeNote, auto.Max.Duration))
-			}
-			code, forced = tailcutv1alpha1.ReasonBudgetExceeded, true
-			raised := math.Max(cur.Seconds()*(1+float64(auto.MaxStepPercent)/100), lowerBound*(1+delayMargin))
-			target = math.Max(target, raised)
-			notes = append(notes, fmt.Sprintf("over budget: raising from %s", cur))
-		} else if r.prev != nil && r.last != nil && r.earlier != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
+		if r.prev != nil && r.last != nil && r.earlier != nil && r.cdf != nil && pct >= hurtsMinShare*float64(budget) && r.prev.total() >= float64(auto.MinSamples) {
 			if spread(r.prev, r.cdf) && spread(r.prev, r.last) && spread(r.prev, r.earlier) {
 				return paused(tailcutv1alpha1.ReasonHedgingHurts, fmt.Sprintf(
 					"median latency rose from %s to %s while hedging, the 10th percentile stayed near %s: queueing, not a slower service; %s",
@@ -217,7 +233,7 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		// whatever the deadband: the budget is a promise, and the deadband
 		// only keeps the delay from flipping between adjacent buckets. (The
 		// saturation e2e held 23.1ms at 5.82% hedged, target 25.3ms.)
-		over := r.hedge != nil && r.hedge.percent() > float64(budget)
+		over := (r.hedge != nil && r.hedge.percent() > float64(budget)) || 100*passed > float64(budget)
 		delay, notes = stabilize(st, auto, spec.EffectiveEvaluationInterval(), cur, targetD, forced, over, now, notes)
 	}
 	return attach(Result{

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/xds"
 )
 
@@ -47,13 +48,16 @@ import (
 //     whose lower edge, computed as (m/10)*10^e for the bin's two-digit
 //     mantissa m, is at most b. TestEnvoyModelBuckets pins this to what Envoy
 //     1.40 printed for requests of known latency;
-//   - histograms are published only at the stats flush, every 5s.
+//   - histograms are published only at the stats flush, every 5s;
+//   - with an account, a slow request is hedged only while the hedge account
+//     holds a hedge (hedgeAccount); one held back is counted nowhere.
 //
 // Buckets are the bootstrap's (xds.LatencyBucketsMs).
 type envoyModel struct {
 	cluster     string
 	bounds      []float64 // ms, ascending, without +Inf
 	scrapeEvery time.Duration
+	account     *hedgeAccount // nil: no account, as on an Istio sidecar
 
 	inBin             []float64 // requests by first bucket that counts them; last is +Inf only
 	flushed           []float64 // inBin as of the last stats flush
@@ -100,7 +104,11 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	m.scrapeUntil(t)
 	latency := firstAttempt
 	m.attempts++
-	if delay > 0 && firstAttempt > delay+backoff {
+	funded := m.account == nil || m.account.deposit(t)
+	if delay > 0 && firstAttempt > delay+backoff && funded {
+		if m.account != nil {
+			m.account.balance--
+		}
 		hedged = true
 		m.attempts++
 		m.retries++
@@ -115,6 +123,36 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	})
 	m.inBin[i]++
 	return hedged
+}
+
+// hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker: each
+// request deposits ratio hedges, up to the larger of burst and two seconds of
+// deposits, and is hedged only while the account holds one. The model
+// withdraws when the hedge is sent, not when its answer comes, which is
+// stricter by the hedges in flight.
+type hedgeAccount struct {
+	ratio, burst, balance float64
+	second                int64
+	this, last            float64
+}
+
+func newHedgeAccount(ratio float64) *hedgeAccount {
+	return &hedgeAccount{ratio: ratio, burst: plan.HedgeBurst, balance: plan.HedgeBurst}
+}
+
+// deposit takes one request's deposit at t and says whether the account
+// holds a hedge.
+func (a *hedgeAccount) deposit(t time.Time) bool {
+	if s := t.Unix(); s != a.second {
+		a.last = 0
+		if s == a.second+1 {
+			a.last = a.this
+		}
+		a.this, a.second = 0, s
+	}
+	a.this++
+	a.balance = math.Min(math.Max(a.burst, a.ratio*(a.last+a.this)), a.balance+a.ratio)
+	return a.balance >= 1
 }
 
 // scrapeUntil takes every stats flush and scrape due at or before t.

@@ -163,3 +163,16 @@ func (c *cdf) shortest(allowed float64, edge bucketEdge) (d, tail float64, ok bo
 	}
 	return 0, 0, false
 }
+
+// beyond is the share of requests the histogram proves slower than c seconds:
+// those above the first bound at or past c. Every one of them ran past a
+// delay of c, hedged or not, so this is what the delay costs when nothing
+// holds hedges back, counted low.
+func (c *cdf) beyond(seconds float64) float64 {
+	for i, b := range c.bounds {
+		if b >= seconds*(1-1e-9) {
+			return 1 - c.cum[i]/c.total()
+		}
+	}
+	return 0
+}

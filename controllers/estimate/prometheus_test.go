@@ -281,11 +281,6 @@ func TestStability(t *testing.T) {
 			auto(func(a *tailcutv1alpha1.AutoDelay) { a.DeadbandPercent = 0 }),
 			prior(18*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour)},
 			want: fastTarget},
-		// Lognormal(20ms, 0.5) is above a 10ms delay: the histogram says so, and
-		// the delay rises within the step limit even with no hedge counters.
-		{name: "step limit up", F: lognormal(20, 0.5),
-			policy: []func(*tailcutv1alpha1.HedgePolicy){prior(10*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour)},
-			want:   15 * ms},
 		{name: "step limit down", F: fast,
 			policy: []func(*tailcutv1alpha1.HedgePolicy){prior(100*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour)},
 			want:   50 * ms},
@@ -455,6 +450,29 @@ func TestBudgetGuard(t *testing.T) {
 		f.hedging(10000, 450) // 4.5%: within the budget, the deadband holds
 		if res := estimate(t, f, policy); res.Delay != 17500*time.Microsecond {
 			t.Errorf("4.5%% hedged at 17.5ms: %s, want 17.5ms held (%s)", res.Delay, res.Reason)
+		}
+	})
+	t.Run("the histogram proves it when the hedge account holds the counters", func(t *testing.T) {
+		// The fast mode moved from 15 to 40ms (the local e2e's shift). Envoy's
+		// hedge account kept the hedges to 4.7%, but every request ran past
+		// the 18.7ms delay: le=18 ends at 19ms and none of N(40, 1) is faster.
+		// Raised at once to the lower bound, le=45's 46ms + 10% = 50.6ms,
+		// as if the counters had seen it all.
+		f := newFakeProm(t)
+		f.world(5000, bimodal(40, 0.03))
+		f.hedging(10000, 470)
+		res := estimate(t, f, testPolicy(prior(18700*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 50600*time.Microsecond {
+			t.Errorf("got %s (%s), want 50.6ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
+		}
+		if fl := res.Floor; fl == nil || fl.Delay.Duration != 18700*time.Microsecond || fl.Percent != 100 {
+			t.Errorf("floor %+v, want 18.7ms at 100%%", fl)
+		}
+		if h := res.HedgeRate; h == nil || h.Percent != 4.7 {
+			t.Errorf("hedge rate %+v, want the counted 4.7%%", h)
+		}
+		if !strings.Contains(res.Reason, "100.00% of 5000 requests ran past the delay") {
+			t.Errorf("reason %q does not say how many requests ran past the delay", res.Reason)
 		}
 	})
 	t.Run("within the budget and its noise", func(t *testing.T) {
@@ -701,6 +719,21 @@ func TestMeshLatencyIsIstiosHistogram(t *testing.T) {
 
 // TestCustomQueryMayReadItsOwnEnvoyCluster: Envoy's stats carry no namespace
 // label; a Custom query may read the policy's own clusters by name.
+// TestCustomQueryStepsUp: with no histogram, nothing proves what a higher
+// quantile costs, and the delay rises within the step limit.
+func TestCustomQueryStepsUp(t *testing.T) {
+	f := newFakeProm(t)
+	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.040"]}}`})
+	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+		a.Source = tailcutv1alpha1.EstimateSourceCustom
+		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(rpc_seconds_bucket{namespace="{{.Namespace}}",svc="{{.Service}}"}[{{.Window}}]))))`
+	}), prior(10*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour))
+	// 10ms + 50% = 15ms on the way to 40ms.
+	if res := estimate(t, f, policy); res.Delay != 15*ms || res.DerivedReason != tailcutv1alpha1.ReasonDerived {
+		t.Errorf("got %s %s, want 15ms Derived (%s)", res.Delay, res.DerivedReason, res.Reason)
+	}
+}
+
 func TestCustomQueryMayReadItsOwnEnvoyCluster(t *testing.T) {
 	f := newFakeProm(t)
 	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.031"]}}`})

@@ -71,9 +71,17 @@ func (h *hedgeReading) percent() float64 { return 100 * h.retries / h.requests }
 // at 5,000 and 5.6% at 18,000: a run of a few thousand requests stays within
 // the budget + 1 point.
 func (h *hedgeReading) over(budgetPercent int32) bool {
+	return overBudget(h.retries/h.requests, h.requests, budgetPercent)
+}
+
+// overBudget is the test of over for a share measured over n requests.
+func overBudget(share, n float64, budgetPercent int32) bool {
+	if n <= 0 {
+		return false
+	}
 	limit := float64(budgetPercent) / 100 * (1 + budgetSlack)
-	se := math.Sqrt(limit * (1 - limit) / h.requests)
-	return h.retries/h.requests > limit+overZ*se
+	se := math.Sqrt(limit * (1 - limit) / n)
+	return share > limit+overZ*se
 }
 
 // readings is everything one evaluation read from Prometheus.

@@ -74,7 +74,7 @@ const hedgedClusters = `tailcut_.+_[0-9]+`
 // The sampler's queries, one per tick for every policy of source Envoy.
 var (
 	sampleBuckets  = `sum by (envoy_cluster_name, le) (envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name=~"` + hedgedClusters + `"})`
-	sampleCounters = `sum by (__name__, envoy_cluster_name) ({__name__=~"` + retryMetric + `|` + attemptMetric + `|` + deniedMetric + `",envoy_cluster_name=~"` + hedgedClusters + `"})`
+	sampleCounters = `sum by (__name__, envoy_cluster_name) ({__name__=~"` + retryMetric + `|` + attemptMetric + `",envoy_cluster_name=~"` + hedgedClusters + `"})`
 	// sampleScraped is when the oldest of a cluster's request counters (one
 	// per proxy) was scraped, in seconds since the epoch.
 	sampleScraped = `min by (envoy_cluster_name) (timestamp(` + attemptMetric + `{envoy_cluster_name=~"` + hedgedClusters + `"}))`
@@ -83,16 +83,6 @@ var (
 const (
 	retryMetric   = "envoy_cluster_upstream_rq_retry"
 	attemptMetric = "envoy_cluster_upstream_rq_total"
-	// deniedMetric counts the requests that passed their delay when Envoy
-	// could not hedge them: the hedge account had nothing (it sends
-	// x-envoy-max-retries: 0), or num_retries was used up. The sampler counts
-	// them as hedges, in the retries and in the attempts (so requests, attempts
-	// minus retries, stay right): the hedge rate the estimator reads is the
-	// share of requests slower than the delay, whether the account let them
-	// hedge or not. Without them, a shift of every request past the delay
-	// read as a hedge rate at the budget (the account's cap), and the delay
-	// rose only as fast as the histogram's window moved.
-	deniedMetric = "envoy_cluster_upstream_rq_retry_limit_exceeded"
 )
 
 // PolicyLister lists every HedgePolicy (from the manager's cache).
@@ -243,14 +233,8 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 			c.retries, c.counters = float64(smp.Value), true
 		case attemptMetric:
 			c.attempts, c.counters = float64(smp.Value), true
-		case deniedMetric:
-			c.denied = float64(smp.Value)
 		}
 	})
-	for _, c := range t.clusters {
-		c.retries += c.denied
-		c.attempts += c.denied
-	}
 	totals(scraped.v, func(c *clusterTotals, smp *model.Sample) {
 		c.scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
 	})
@@ -368,8 +352,7 @@ type envoyTick struct {
 // clusterTotals are one cluster's cumulative counts, summed over the proxies.
 type clusterTotals struct {
 	buckets           map[string]float64 // by le
-	retries, attempts float64            // denied hedges included in both
-	denied            float64
+	retries, attempts float64
 	counters          bool
 	// scraped is when Prometheus scraped the counters (the oldest proxy's);
 	// zero when unknown.
