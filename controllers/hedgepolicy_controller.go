@@ -223,7 +223,9 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 
 // publishTo hands the plan to the target's publisher and records the outcome
 // in Programmed. An operator without that publisher says so; a publisher's
-// error is both the condition and the error returned.
+// error is both the condition and the error returned, unless the policy is
+// one the publisher cannot express (publish.UnpublishableError): that is the
+// condition only.
 func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1alpha1.PublishTarget, policy *tailcutv1alpha1.HedgePolicy,
 	status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, p plan.RoutePlan) error {
 	pub := r.Publishers[target]
@@ -233,6 +235,9 @@ func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1a
 	}
 	if err := pub.Publish(ctx, policy, p); err != nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, err.Error())
+		if unpublishable := new(publish.UnpublishableError); errors.As(err, &unpublishable) {
+			return nil
+		}
 		return err
 	}
 	r.reportProgram(policy, status, now, pub.Status(client.ObjectKeyFromObject(policy)))

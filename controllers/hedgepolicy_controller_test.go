@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -784,6 +785,39 @@ func TestVirtualServiceRetriesAreReported(t *testing.T) {
 			t.Errorf("RetriesPreserved message lacks %q: %s", want, msg)
 		}
 	}
+}
+
+// TestUnpublishablePolicyIsAConditionNotAnError: a policy the publisher
+// cannot express is reported in Programmed, and the reconcile does not fail,
+// which would requeue it with back-off forever.
+func TestUnpublishablePolicyIsAConditionNotAnError(t *testing.T) {
+	refusing := refusingPublisher{err: &publish.UnpublishableError{Err: errors.New("EnvoyFilter shop/tailcut-api exists and is not tailcut's")}}
+	r := &HedgePolicyReconciler{Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishIstio: refusing}}
+	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api"}}
+	status := &tailcutv1alpha1.HedgePolicyStatus{}
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err != nil {
+		t.Errorf("publishTo returned %v, want nil", err)
+	}
+	c := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPublishFailed || !strings.Contains(c.Message, "is not tailcut's") {
+		t.Errorf("Programmed = %+v, want False, PublishFailed, with the publisher's words", c)
+	}
+	// Any other error is returned as well: the API server may answer next time.
+	refusing.err = errors.New("connection refused")
+	r.Publishers[tailcutv1alpha1.PublishIstio] = refusing
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err == nil {
+		t.Error("publishTo hid a transient error")
+	}
+}
+
+type refusingPublisher struct{ err error }
+
+func (p refusingPublisher) Publish(context.Context, *tailcutv1alpha1.HedgePolicy, plan.RoutePlan) error {
+	return p.err
+}
+func (refusingPublisher) Remove(context.Context, types.NamespacedName) error { return nil }
+func (refusingPublisher) Status(types.NamespacedName) publish.ProgramStatus {
+	return publish.ProgramStatus{}
 }
 
 // TestPublisherNotConfigured: an operator that runs no publisher for the

@@ -44,6 +44,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.allowNonIdempotent) && self.allowNonIdempotent) || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.auto) || !has(self.delay.auto.staleAfter) || duration(self.delay.auto.staleAfter) >= duration(self.evaluationInterval)",message="staleAfter must not be shorter than evaluationInterval",fieldPath=".delay.auto.staleAfter"
+// +kubebuilder:validation:XValidation:rule="!has(self.publish.target) || self.publish.target != 'Istio' || !has(self.match) || !has(self.match.pathPrefix) || self.match.pathPrefix == '/'",message="publish.target Istio hedges every path of the Service (the EnvoyFilter patches the Service's one route): leave match.pathPrefix unset or /",fieldPath=".match.pathPrefix"
 type HedgePolicySpec struct {
 	// TargetRef names the Service, in the policy's namespace, whose traffic is hedged.
 	// +required

@@ -19,6 +19,7 @@ package istio
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
@@ -206,6 +208,45 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("%d EnvoyFilters left after Remove", len(list.Items))
+	}
+}
+
+// TestPublisherLeavesAForeignFilterAlone: an EnvoyFilter that has the
+// policy's filter name but is not tailcut's is neither taken over nor
+// deleted; Publish says so as an error no retry fixes.
+func TestPublisherLeavesAForeignFilterAlone(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := context.Background()
+	p, _ := mustLoad(t, "sidecar-get.yaml")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := NewEnvoyFilter()
+	foreign.SetNamespace(p.Namespace)
+	foreign.SetName(FilterName("api"))
+	foreign.Object["spec"] = map[string]any{"configPatches": []any{}}
+	if err := c.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	policy := &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "api", UID: "policy-uid"},
+		Spec:       tailcutv1alpha1.HedgePolicySpec{Publish: tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio}},
+	}
+	pub := &Publisher{Client: c, Reader: c}
+	err := pub.Publish(ctx, policy, p)
+	var unpublishable *publish.UnpublishableError
+	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
+		t.Fatalf("Publish over a foreign filter: %v, want an UnpublishableError naming it", err)
+	}
+	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
+		t.Fatal(err)
+	}
+	after := NewEnvoyFilter()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
+		t.Fatalf("the foreign filter is gone: %v", err)
+	}
+	if after.GetResourceVersion() != foreign.GetResourceVersion() || len(after.GetManagedFields()) != 1 {
+		t.Errorf("the foreign filter changed: resourceVersion %s -> %s, managed fields %d", foreign.GetResourceVersion(), after.GetResourceVersion(), len(after.GetManagedFields()))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -70,6 +71,9 @@ var _ publish.Publisher = (*Publisher)(nil)
 func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
 	key := client.ObjectKeyFromObject(owner)
 	filter, err := EnvoyFilter(rp, contextOf(owner))
+	if errors.Is(err, ErrPathPrefix) {
+		return &publish.UnpublishableError{Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("rendering the EnvoyFilter: %w", err)
 	}
@@ -81,7 +85,15 @@ func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePol
 	if err != nil {
 		return err
 	}
-	if p.current(ctx, key) == version {
+	existing, err := p.get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if existing != nil && existing.GetLabels()[LabelManagedBy] != ManagedBy {
+		return &publish.UnpublishableError{Err: fmt.Errorf("EnvoyFilter %s/%s exists and is not tailcut's (no label %s=%s); tailcut leaves it alone: rename or delete it",
+			existing.GetNamespace(), existing.GetName(), LabelManagedBy, ManagedBy)}
+	}
+	if existing != nil && existing.GetAnnotations()[AnnotationVersion] == version {
 		p.remember(key, version, overridden)
 		return nil
 	}
@@ -140,15 +152,6 @@ func (p *Publisher) remember(key types.NamespacedName, version, overridden strin
 		p.published = map[types.NamespacedName]published{}
 	}
 	p.published[key] = published{version: version, overridden: overridden}
-}
-
-// current is the version of the policy's filter in the cluster ("" if none).
-func (p *Publisher) current(ctx context.Context, key types.NamespacedName) string {
-	existing, err := p.get(ctx, key)
-	if err != nil || existing == nil {
-		return ""
-	}
-	return existing.GetAnnotations()[AnnotationVersion]
 }
 
 func (p *Publisher) get(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {

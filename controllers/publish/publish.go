@@ -72,3 +72,12 @@ type ProgramStatus struct {
 type SyncWaiter interface {
 	Reconciled(key types.NamespacedName)
 }
+
+// UnpublishableError is a policy a publisher cannot express, whatever it
+// retries: the reconciler reports it in Programmed and requeues at the
+// policy's interval instead of returning it, which would requeue with
+// back-off forever.
+type UnpublishableError struct{ Err error }
+
+func (e *UnpublishableError) Error() string { return e.Err.Error() }
+func (e *UnpublishableError) Unwrap() error { return e.Err }
