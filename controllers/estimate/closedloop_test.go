@@ -51,8 +51,9 @@ type loop struct {
 	// evaluation every 30s, minSamples 100).
 	policy func(*tailcutv1alpha1.HedgePolicy)
 	seed   uint64
-	// noAccount runs the data path without tailcut's hedge account, as an
-	// Istio sidecar does: the hedge counters then count every slow request.
+	// noAccount runs the data path as an Istio sidecar does: without
+	// tailcut's hedge account (the hedge counters then count every slow
+	// request) and with histograms flushed every 5s.
 	noAccount bool
 }
 
@@ -101,7 +102,9 @@ func runLoop(t *testing.T, l loop) loopRun {
 		l.policy(p)
 	}
 	m := newEnvoyModel(plan.ClusterName(p.Namespace, p.Spec.TargetRef.Name, p.Spec.TargetRef.Port), start)
-	if !l.noAccount {
+	if l.noAccount {
+		m.sidecarFlush = true
+	} else {
 		m.account = newHedgeAccount(float64(p.Spec.EffectiveBudget().MaxExtraLoadPercent) / 100)
 	}
 	prom := &simProm{t: t, model: m}

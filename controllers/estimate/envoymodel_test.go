@@ -48,7 +48,10 @@ import (
 //     whose lower edge, computed as (m/10)*10^e for the bin's two-digit
 //     mantissa m, is at most b. TestEnvoyModelBuckets pins this to what Envoy
 //     1.40 printed for requests of known latency;
-//   - histograms are published only at the stats flush, every 5s;
+//   - histograms are published only at a stats flush: tailcut's bootstrap
+//     flushes when the admin interface is read (stats_flush_on_admin), after
+//     answering, so a scrape shows the histogram as of the scrape before;
+//     an Istio sidecar (sidecarFlush) flushes every 5s;
 //   - with an account, a slow request is hedged only while the hedge account
 //     holds a hedge (hedgeAccount); one held back is counted nowhere.
 //
@@ -58,6 +61,9 @@ type envoyModel struct {
 	bounds      []float64 // ms, ascending, without +Inf
 	scrapeEvery time.Duration
 	account     *hedgeAccount // nil: no account, as on an Istio sidecar
+	// sidecarFlush publishes histograms every flushEvery instead of at
+	// each scrape.
+	sidecarFlush bool
 
 	inBin             []float64 // requests by first bucket that counts them; last is +Inf only
 	flushed           []float64 // inBin as of the last stats flush
@@ -166,19 +172,18 @@ func (m *envoyModel) scrapeUntil(t time.Time) {
 // view is what Envoy's /stats/prometheus shows at t: the histogram as of the
 // last stats flush, cumulative per bound, and the live counters.
 func (m *envoyModel) view(t time.Time) scrape {
-	for m.flushed != nil && !m.nextFlush.After(t) {
+	for m.sidecarFlush && !m.nextFlush.After(t) {
 		copy(m.flushed, m.inBin)
 		m.nextFlush = m.nextFlush.Add(flushEvery)
 	}
-	hist := m.inBin
-	if m.flushed != nil {
-		hist = m.flushed
-	}
-	s := scrape{at: t, cum: make([]float64, len(hist)), retries: m.retries, attempts: m.attempts}
+	s := scrape{at: t, cum: make([]float64, len(m.flushed)), retries: m.retries, attempts: m.attempts}
 	sum := 0.0
-	for i, n := range hist {
+	for i, n := range m.flushed {
 		sum += n
 		s.cum[i] = sum
+	}
+	if !m.sidecarFlush {
+		copy(m.flushed, m.inBin)
 	}
 	return s
 }

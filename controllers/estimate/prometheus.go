@@ -276,8 +276,9 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 	case nd == nil:
 	case nd.reason == tailcutv1alpha1.ReasonNoTraffic && sp.delay > 0 && r.hedge != nil:
 		// The counters saw requests; Envoy publishes histograms only at its
-		// stats flush (every 5s by default), so a short span can be empty.
-		r.thin = fmt.Sprintf("the latency histogram shows no request in the last %s yet, the counters %.0f (Envoy publishes histograms every 5s)",
+		// stats flush (tailcut's Envoy: when scraped, showing the scrape
+		// before; an Istio sidecar: every 5s), so a short span can be empty.
+		r.thin = fmt.Sprintf("the latency histogram shows no request in the last %s yet, the counters %.0f (Envoy publishes histograms at its stats flush)",
 			promDuration(sp.rng), r.hedge.requests)
 		return r
 	case nd.reason == tailcutv1alpha1.ReasonNoTraffic:

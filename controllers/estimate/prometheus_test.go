@@ -475,6 +475,20 @@ func TestBudgetGuard(t *testing.T) {
 			t.Errorf("reason %q does not say how many requests ran past the delay", res.Reason)
 		}
 	})
+	t.Run("a little over by the histogram: the account trims, the delay follows the quantile", func(t *testing.T) {
+		// 5% slow, fast N(15, 1), delay 16ms: le=16 ends at 17ms, so
+		// 5% + 95% * (1 - Phi(2)) = 7.2% ran past it, under twice the
+		// 5.25% limit. The counters, held by the account, say 4.8%. The
+		// quantile reads le=18 (19ms: 5% + 95% * (1 - Phi(4)) = 5.003%), above
+		// the delay by more than the deadband: 19ms + 10% = 20.9ms, Derived.
+		f := newFakeProm(t)
+		f.world(5000, bimodal(15, 0.05))
+		f.hedging(10000, 480)
+		res := estimate(t, f, testPolicy(prior(16*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		if res.DerivedReason != tailcutv1alpha1.ReasonDerived || res.Delay != 20900*time.Microsecond || res.Floor != nil {
+			t.Errorf("got %s (%s), floor %+v, want 20.9ms Derived and no floor (%s)", res.Delay, res.DerivedReason, res.Floor, res.Reason)
+		}
+	})
 	t.Run("within the budget and its noise", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, F)

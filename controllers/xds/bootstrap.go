@@ -158,7 +158,12 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port), opts.TLS)},
 		},
-		Admin: &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
+		Admin:      &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
+		// Histograms reach /stats/prometheus only at a stats flush. Flushing
+		// when the admin interface is read, instead of every 5s, shows each
+		// scrape the latencies up to the scrape before: the estimator sees a
+		// shift or a new delay's effect up to 3s sooner.
+		StatsFlush: &bootstrapv3.Bootstrap_StatsFlushOnAdmin{StatsFlushOnAdmin: true},
 		StatsConfig: &metricsv3.StatsConfig{
 			HistogramBucketSettings: []*metricsv3.HistogramBucketSettings{
 				{Match: regexMatcher(`^cluster\..+\.upstream_rq_time$`), Buckets: LatencyBucketsMs},
