@@ -198,14 +198,13 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 	// The hedge account in Envoy holds hedges to the budget, so the hedge
 	// counters stay near it whatever the delay, and Envoy counts the hedges
 	// it held back nowhere. The share of requests that ran past the delay
-	// says what the delay asks for. A little above the budget, the account
-	// trims a few hedges and the delay follows the quantile as usual; twice
-	// the budget means the account holds back most of them (every request
-	// slower after a shift), and the delay is raised at once.
+	// says what the delay asks for, as the counters did before the account.
+	// Over the budget, the account holds back hedges of slow requests as
+	// well as of the fast mode's tail, and the tail is not cut.
 	passed, passedOver := 0.0, false
 	if cur > 0 && r.cdf != nil {
-		passed = r.cdf.beyond(cur.Seconds())
-		passedOver = overBudget(passed, r.samples, 2*budget)
+		passed = r.cdf.beyond(cur.Seconds(), r.edge)
+		passedOver = overBudget(passed, r.samples, budget)
 	}
 	forced := false
 	if cur > 0 && (passedOver || (r.hedge != nil && r.hedge.over(budget))) {

@@ -164,13 +164,16 @@ func (c *cdf) shortest(allowed float64, edge bucketEdge) (d, tail float64, ok bo
 	return 0, 0, false
 }
 
-// beyond is the share of requests the histogram proves slower than c seconds:
-// those above the first bound at or past c. Every one of them ran past a
-// delay of c, hedged or not, so this is what the delay costs when nothing
-// holds hedges back, counted low.
-func (c *cdf) beyond(seconds float64) float64 {
+// beyond is the share of requests the histogram proves slower than c
+// seconds: those outside the first bucket whose edge is at or past c (a
+// bucket le=b holds the requests faster than edge(b)). With hedging at delay
+// c, every one of them ran past the delay, hedged or not: this is, counted
+// low, what the delay asks of the hedge account. Linear interpolation inside
+// the bucket would count high just above a fast mode, whose tail falls
+// steeply there (it read 7.7% for 5% at 45.1ms in the closed loop).
+func (c *cdf) beyond(seconds float64, edge bucketEdge) float64 {
 	for i, b := range c.bounds {
-		if b >= seconds*(1-1e-9) {
+		if math.IsInf(b, 1) || edge(b) >= seconds*(1-1e-9) {
 			return 1 - c.cum[i]/c.total()
 		}
 	}

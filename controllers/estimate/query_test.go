@@ -186,3 +186,33 @@ func TestCDF(t *testing.T) {
 		}
 	}
 }
+
+// TestBeyond: the share proven slower than a delay, from the first bucket
+// edge at or past it.
+func TestBeyond(t *testing.T) {
+	c, err := newCDF(map[float64]float64{0.010: 50, 0.020: 90, math.Inf(1): 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ at, want float64 }{
+		{0.005, 0.50},
+		{0.010, 0.50},
+		{0.015, 0.10},
+		{0.020, 0.10},
+		{0.050, 0}, // past the last finite bound: nothing proven
+	} {
+		if got := c.beyond(tc.at, exactEdge); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("beyond(%gs) = %g, want %g", tc.at, got, tc.want)
+		}
+	}
+	// Envoy's le=16 holds the requests under 17ms, le=18 those under 19ms.
+	e, err := newCDF(map[float64]float64{0.016: 80, 0.018: 90, math.Inf(1): 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ at, want float64 }{{0.016, 0.20}, {0.017, 0.20}, {0.0171, 0.10}, {0.019, 0.10}} {
+		if got := e.beyond(tc.at, envoyEdge); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("Envoy buckets: beyond(%gs) = %g, want %g", tc.at, got, tc.want)
+		}
+	}
+}
