@@ -158,7 +158,7 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Clusters: []*clusterv3.Cluster{xdsCluster(host, uint32(port), opts.TLS)},
 		},
-		Admin:      &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
+		Admin: &bootstrapv3.Admin{Address: socketAddress(opts.AdminAddress, opts.AdminPort)},
 		// Histograms reach /stats/prometheus only at a stats flush. Flushing
 		// when the admin interface is read, instead of every 5s, shows each
 		// scrape the latencies up to the scrape before: the estimator sees a
