@@ -42,9 +42,12 @@ import (
 // the tail reading from putting the delay inside the fast mode. The budget
 // guard below measures what the delay really costs.
 //
-// Budget: the hedge counters over the span measure exactly the share of
-// requests slower than the delay. When it is over the budget (hedgeReading.over)
-// the delay rises at this evaluation: by maxStepPercent, or further, to the
+// Budget: what the delay asks for is the share of requests slower than it.
+// The hedge counters measured it exactly until tailcut's Envoy got its hedge
+// account, which holds hedges near the budget and whose held-back hedges
+// Envoy counts nowhere; the histogram proves a lower bound of it (cdf.beyond).
+// When either is over the budget (overBudget) the delay rises at this
+// evaluation: by maxStepPercent, or further, to the
 // lower bound the hedged histogram gives for the quantile. The delay in force
 // then becomes the budget floor, which holds for one window: no target at or
 // below it is programmed. At max, hedging pauses.
@@ -74,8 +77,8 @@ const (
 	// tail for several evaluations (the delay comes down by maxStepPercent at
 	// a time: 143 -> 18.7ms took 15s in one closed-loop run, a 1-in-100
 	// sample of about 800 requests); erring low costs little: Envoy's hedge
-	// account holds the extra load to the budget, and the next reading, from
-	// more requests, measures it.
+	// account caps the extra load, and the next reading, from more requests,
+	// measures it.
 	firstSelectZ    = 3.0
 	firstFewSamples = 2000
 	overZ           = 2.0
