@@ -688,10 +688,23 @@ func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
 	for _, k := range keys {
 		sampled <- event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
 	}
-	time.Sleep(500 * time.Millisecond) // every worker holds an evaluation; the rest are queued
-	changed := keys[policies-1]        // queued last
+	// Every worker holds an evaluation at the gate, and the sampler's channel
+	// is drained: the rest are queued. Fixed sleeps here were too short on a
+	// loaded CI machine (the change came 17th).
+	eventually(t, "every worker held at the gate", func() error {
+		if n, q := publisher.waiting(), len(sampled); n != reconcileWorkers || q != 0 {
+			return fmt.Errorf("%d publishes held (want %d), %d evaluations not yet taken from the channel", n, reconcileWorkers, q)
+		}
+		return nil
+	})
+	changed := keys[policies-1] // queued last
 	newEndpointSlice(t, ns, changed.Name, 8080, map[string]bool{"10.0.0.9": true})
-	time.Sleep(500 * time.Millisecond) // the slice's event is queued
+	// The manager's cache has the slice once its informer handled the event;
+	// the handler queues the policy right after, on the same informer.
+	eventually(t, "the slice in the manager's cache", func() error {
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: changed.Name + "-1"}, &discoveryv1.EndpointSlice{})
+	})
+	time.Sleep(200 * time.Millisecond)
 	publisher.mu.Lock()
 	close(gate)
 	publisher.gate = nil
@@ -708,11 +721,11 @@ func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
 	order := slices.Clone(publisher.order)
 	publisher.mu.Unlock()
 	at := slices.Index(order, changed)
-	// The workers (8) finish the evaluations they hold, then take the change.
-	if at < 0 || at > 8+2 {
-		t.Errorf("the endpoint change was published %dth of %d publishes after the gate opened; want it right after the evaluations already under way (at most 10th)", at+1, len(order))
+	// The workers finish the evaluations they hold, then take the change.
+	if at < 0 || at > reconcileWorkers+2 {
+		t.Errorf("the endpoint change was publish %d of %d after the gate opened; want it right after the evaluations already under way (at most publish %d)", at+1, len(order), reconcileWorkers+3)
 	} else {
-		t.Logf("the endpoint change was published %dth, ahead of %d queued evaluations", at+1, policies-at-1)
+		t.Logf("the endpoint change was publish %d, ahead of %d queued evaluations", at+1, policies-at-1)
 	}
 }
 

@@ -49,6 +49,8 @@ import (
 const (
 	reportNamespace = "tailcut-system"
 	reportTTL       = 5 * time.Second
+	// reconcileWorkers is the reconciler's worker count here, the default.
+	reconcileWorkers = 8
 )
 
 var (
@@ -135,7 +137,8 @@ func run(m *testing.M) int {
 			tailcutv1alpha1.PublishXDS:   counting,
 			tailcutv1alpha1.PublishIstio: &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache()},
 		},
-		Owns: []client.Object{istio.NewEnvoyFilter()},
+		Owns:                    []client.Object{istio.NewEnvoyFilter()},
+		MaxConcurrentReconciles: reconcileWorkers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -211,6 +214,8 @@ type recordingPublisher struct {
 	gate      chan struct{}
 	recording bool
 	order     []types.NamespacedName
+	// held counts the Publish calls waiting at the gate.
+	held int
 }
 
 func newRecordingPublisher() *recordingPublisher {
@@ -240,7 +245,13 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 	gate := p.gate
 	p.mu.Unlock()
 	if gate != nil {
+		p.mu.Lock()
+		p.held++
+		p.mu.Unlock()
 		<-gate
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -250,6 +261,13 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 	p.published[client.ObjectKeyFromObject(owner)] = rp
 	p.calls[client.ObjectKeyFromObject(owner)]++
 	return nil
+}
+
+// waiting is the number of Publish calls held at the gate.
+func (p *recordingPublisher) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 func (p *recordingPublisher) publishes(key types.NamespacedName) int {

@@ -20,12 +20,12 @@ limitations under the License.
 package envtestutil
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -53,19 +53,22 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// IstioCRDs is the file of Istio's CRDs in the istio.io/api module go.mod
-// names (the module is a dependency of the Istio publisher's tests, so the Go
-// toolchain has it).
+// IstioCRDs is the file of Istio's CRDs in the istio.io/api module that
+// go.mod names. `go mod download` fetches the module when this machine's
+// module cache lacks it: a package's tests can run alone on a fresh machine,
+// where `go test ./...` would have downloaded it for the Istio publisher's
+// tests.
 func IstioCRDs() (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/api")
+	cmd := exec.Command("go", "mod", "download", "-json", "istio.io/api")
 	cmd.Dir = RepoRoot()
 	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("locating the istio.io/api module (go list -m istio.io/api): %w", err)
+	var mod struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &mod); err != nil || jerr != nil || mod.Error != "" {
+		return "", fmt.Errorf("downloading the istio.io/api module (go mod download istio.io/api): %v %v %s", err, jerr, mod.Error)
 	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "kubernetes", "customresourcedefinitions.gen.yaml")
+	path := filepath.Join(mod.Dir, "kubernetes", "customresourcedefinitions.gen.yaml")
 	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("the Istio CRDs: %w (run go mod download istio.io/api)", err)
+		return "", fmt.Errorf("the Istio CRDs: %w", err)
 	}
 	return path, nil
 }
