@@ -52,8 +52,8 @@ import (
 //     flushes when the admin interface is read (stats_flush_on_admin), after
 //     answering, so a scrape shows the histogram as of the scrape before;
 //     an Istio sidecar (sidecarFlush) flushes every 5s;
-//   - with an account, a slow request is hedged only while the hedge account
-//     holds a hedge (hedgeAccount); one held back is counted nowhere.
+//   - with an account, a slow request is hedged only when its hedge fits in
+//     the hedge account (hedgeAccount); one held back is counted nowhere.
 //
 // Buckets are the bootstrap's (xds.LatencyBucketsMs).
 type envoyModel struct {
@@ -110,15 +110,15 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	m.scrapeUntil(t)
 	latency := firstAttempt
 	m.attempts++
-	funded := m.account == nil || m.account.deposit(t)
+	funded := m.account == nil || m.account.commit(t)
 	if delay > 0 && firstAttempt > delay+backoff && funded {
-		if m.account != nil {
-			m.account.balance--
-		}
 		hedged = true
 		m.attempts++
 		m.retries++
 		latency = math.Min(firstAttempt, delay+backoff+hedgeAttempt)
+	}
+	if funded && !hedged && m.account != nil {
+		m.account.giveBackAt(t.Add(time.Duration(latency*float64(time.Millisecond))), t.Unix())
 	}
 	edge := binLowerEdge(int(latency))
 	i, _ := slices.BinarySearchFunc(m.bounds, edge, func(b, e float64) int {
@@ -131,34 +131,75 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	return hedged
 }
 
-// hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker: each
-// request deposits ratio hedges, up to the larger of burst and two seconds of
-// deposits, and is hedged only while the account holds one. The model
-// withdraws when the hedge is sent, not when its answer comes, which is
-// stricter by the hedges in flight.
+// hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker with
+// maxHedges 1: the hedges committed within the last window seconds (whole
+// Unix seconds) stay within ratio of the requests that arrived in them. A
+// request commits its hedge when it arrives; one that is answered unhedged
+// gives it back then, to its second, if that is still in the window.
 type hedgeAccount struct {
-	ratio, burst, balance float64
-	second                int64
-	this, last            float64
+	ratio               float64
+	window              int64
+	now                 int64
+	seconds             map[int64]*accountSecond
+	requests, committed float64
+	pending             []giveBack
+}
+
+type accountSecond struct{ requests, committed float64 }
+
+type giveBack struct {
+	at     time.Time
+	second int64
 }
 
 func newHedgeAccount(ratio float64) *hedgeAccount {
-	return &hedgeAccount{ratio: ratio, burst: plan.HedgeBurst, balance: plan.HedgeBurst}
+	return &hedgeAccount{ratio: ratio, window: int64(plan.HedgeWindow / time.Second), seconds: map[int64]*accountSecond{}}
 }
 
-// deposit takes one request's deposit at t and says whether the account
-// holds a hedge.
-func (a *hedgeAccount) deposit(t time.Time) bool {
-	if s := t.Unix(); s != a.second {
-		a.last = 0
-		if s == a.second+1 {
-			a.last = a.this
+// commit counts one request that arrived at t and says whether its hedge
+// fits in the account.
+func (a *hedgeAccount) commit(t time.Time) bool {
+	if s := t.Unix(); s > a.now {
+		for old, sec := range a.seconds {
+			if old <= s-a.window {
+				a.requests -= sec.requests
+				a.committed -= sec.committed
+				delete(a.seconds, old)
+			}
 		}
-		a.this, a.second = 0, s
+		a.now = s
 	}
-	a.this++
-	a.balance = math.Min(math.Max(a.burst, a.ratio*(a.last+a.this)), a.balance+a.ratio)
-	return a.balance >= 1
+	kept := a.pending[:0]
+	for _, g := range a.pending {
+		if g.at.After(t) {
+			kept = append(kept, g)
+			continue
+		}
+		if sec, ok := a.seconds[g.second]; ok {
+			sec.committed--
+			a.committed--
+		}
+	}
+	a.pending = kept
+	sec := a.seconds[a.now]
+	if sec == nil {
+		sec = &accountSecond{}
+		a.seconds[a.now] = sec
+	}
+	sec.requests++
+	a.requests++
+	if a.ratio*a.requests-a.committed < 1 {
+		return false
+	}
+	sec.committed++
+	a.committed++
+	return true
+}
+
+// giveBackAt returns the hedge committed in second s when the unhedged
+// answer comes at t.
+func (a *hedgeAccount) giveBackAt(t time.Time, s int64) {
+	a.pending = append(a.pending, giveBack{at: t, second: s})
 }
 
 // scrapeUntil takes every stats flush and scrape due at or before t.

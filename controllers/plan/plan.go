@@ -131,17 +131,14 @@ type Budget struct {
 	MinConcurrency int32 `json:"minConcurrency"`
 }
 
-// HedgeRatio is what each request deposits in the policy's hedge account:
-// the share of requests that may be hedged, over any stretch. It is the budget
-// plus one point, the noise the estimator's budget guard tolerates (and the
-// e2e verdicts allow): the delay aims at the budget, and a service whose
-// slowest 5% need a hedge under a 5% budget asks for a little more. With the
-// account at exactly the budget it held back hedges of slow requests along
-// with those of the fast mode's tail, and the local stack's hedged p99 stayed
-// at the unhedged 116 ms (at nine tenths of it, too). Over a 30 s window the
-// account may add what it held at the start and the hedges of the requests
-// then in flight.
-func (b Budget) HedgeRatio() float64 { return float64(b.Percent+1) / 100 }
+// HedgeRatio is the share of requests the policy's hedge account lets Envoy
+// hedge within any HedgeWindow: exactly the budget. An earlier account let
+// the budget plus one point through, so that a delay asking for a little more
+// than the budget kept its tail cut; it sent 5.3% extra load under a 5%
+// budget in the local stack. The account now counts over a sliding window
+// instead of a small bucket, and reserves a hedge for every request it lets
+// hedge while that request runs, so it holds the budget itself (#14).
+func (b Budget) HedgeRatio() float64 { return float64(b.Percent) / 100 }
 
 // Endpoint is one ready backend address.
 type Endpoint struct {

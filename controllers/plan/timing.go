@@ -43,11 +43,17 @@ const (
 	// it a hedge can land on the replica that is already slow.
 	HostSelectionRetryMaxAttempts = 3
 
-	// HedgeBurst is the least a hedge account may hold, in hedges (it may
-	// hold up to two seconds of deposits when that is more): what an idle
-	// spell saves for the next burst of slow requests, and the part of the
-	// account that may exceed HedgeRatio in a short window.
-	HedgeBurst = 5
+	// HedgeWindow is the span over which the hedge account holds hedges to
+	// HedgeRatio of the requests: within any HedgeWindow, at most that share
+	// of the requests that arrived in it may be hedged. A sliding window, not
+	// a token bucket: a bucket small enough to keep a 30 s window within the
+	// budget (a few hedges) is too small for slow requests, which come in
+	// random clusters, and denied a fifth of their hedges in a model of the
+	// local stack; the window lets the budget that quiet seconds leave unused
+	// pay for the busy ones in the same window. 30 s is the span over which
+	// the budget is measured (the brownout test's windows, the dashboards'
+	// rates).
+	HedgeWindow = 30 * time.Second
 )
 
 // RouteTimeout is the whole-request timeout of the hedged route.

@@ -50,6 +50,7 @@ func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{HedgeBudgetFilter: {Fields: map[string]*structpb.Value{
 		"account": structpb.NewStringValue(p.Name),
 		"ratio":   structpb.NewNumberValue(p.Budget.HedgeRatio()),
-		"burst":   structpb.NewNumberValue(plan.HedgeBurst),
+		"window":  structpb.NewNumberValue(plan.HedgeWindow.Seconds()),
+		"hedges":  structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
 	}}}}
 }

@@ -5,24 +5,29 @@
 -- while it runs. When every replica turns slow, every request passes its
 -- delay, and until the operator's next estimate each one would be hedged
 -- (#14, scenario 6). This filter keeps one account per policy, named by the
--- hedged route's metadata:
+-- hedged route's metadata (account, ratio, window, hedges):
 --
--- * Each request on the hedged route deposits `ratio` hedges.
--- * A request that arrives while the account holds less than one hedge goes
---   out with x-envoy-max-retries: 0, so Envoy does not hedge it.
--- * Each extra attempt Envoy made for a request (x-envoy-attempt-count - 1 on
---   the answer) withdraws one.
--- * The account holds at most what the last two seconds deposited, and at
---   least `burst`.
+-- * The account counts, for each of the last `window` seconds, the requests
+--   that arrived and the hedges committed to.
+-- * A request may be hedged only while the hedges committed within the
+--   window, its own included, stay within `ratio` of the requests that
+--   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
+--   when fewer fit) are committed when it arrives, since Envoy sends them
+--   later, when the request has run past the delay. A request that fits none
+--   goes out with x-envoy-max-retries: 0, and Envoy does not hedge it.
+-- * When the answer comes, the hedges Envoy did not send
+--   (x-envoy-attempt-count, which the filter then removes) are given back to
+--   the second they were committed in, if it is still in the window.
 --
--- Over any stretch of N requests, hedges <= ratio * N + what the account held
--- at its start + the hedges of requests that were in flight at its start
--- (their withdrawals come with their answers). Paying up front instead would
--- make the bound strict, but then only as many requests as the account holds
--- could be hedged at once, and ordinary hedging starved: in the local stack's
--- e2e the hedged p99 stayed at the unhedged 116 ms. Lua state is per worker
--- thread: each worker keeps its own accounts.
+-- So the hedges sent for the requests that arrived in any `window` seconds
+-- (whole seconds of os.time(), per Envoy worker) are at most `ratio` of
+-- them, however slow the replicas turn. A commitment whose answer never
+-- comes leaves with its second.
+--
+-- Lua state is per worker thread: each worker keeps its own accounts, and
+-- each holds the ratio for its own requests.
 
+local FILTER = "tailcut.hedge_budget"
 local accounts = {}
 
 local function account(handle)
@@ -31,12 +36,33 @@ local function account(handle)
   if name == nil then
     return nil
   end
+  local window = md:get("window")
   local a = accounts[name]
-  if a == nil then
-    a = {balance = md:get("burst"), second = os.time(), this = 0, last = 0}
+  if a == nil or a.window ~= window then
+    a = {window = window, now = 0, slots = {}, requests = 0, committed = 0}
+    for i = 0, window - 1 do
+      a.slots[i] = {second = -1, requests = 0, committed = 0}
+    end
     accounts[name] = a
   end
   return a, md
+end
+
+-- advance moves the account to second `now`: the seconds that left the
+-- window leave the totals, and every second since the last call gets an
+-- empty slot (a slot serves the seconds that are `window` apart).
+local function advance(a, now)
+  if now <= a.now then
+    return a.slots[a.now % a.window]
+  end
+  for s = math.max(a.now + 1, now - a.window + 1), now do
+    local slot = a.slots[s % a.window]
+    a.requests = a.requests - slot.requests
+    a.committed = a.committed - slot.committed
+    slot.second, slot.requests, slot.committed = s, 0, 0
+  end
+  a.now = now
+  return a.slots[now % a.window]
 end
 
 function envoy_on_request(request_handle)
@@ -44,18 +70,23 @@ function envoy_on_request(request_handle)
   if a == nil then
     return
   end
-  local now = os.time()
-  if now ~= a.second then
-    a.last = (now == a.second + 1) and a.this or 0
-    a.this, a.second = 0, now
-  end
-  a.this = a.this + 1
-  local ratio = md:get("ratio")
-  local cap = math.max(md:get("burst"), ratio * (a.last + a.this))
-  a.balance = math.min(cap, a.balance + ratio)
-  if a.balance < 1 then
+  local slot = advance(a, os.time())
+  slot.requests = slot.requests + 1
+  a.requests = a.requests + 1
+  local hedges = md:get("hedges")
+  local fit = math.min(hedges, math.floor(md:get("ratio") * a.requests - a.committed))
+  if fit < 1 then
     request_handle:headers():replace("x-envoy-max-retries", "0")
+    return
   end
+  if fit < hedges then
+    request_handle:headers():replace("x-envoy-max-retries", tostring(fit))
+  end
+  slot.committed = slot.committed + fit
+  a.committed = a.committed + fit
+  local info = request_handle:streamInfo():dynamicMetadata()
+  info:set(FILTER, "committed", fit)
+  info:set(FILTER, "second", slot.second)
 end
 
 function envoy_on_response(response_handle)
@@ -66,7 +97,14 @@ function envoy_on_response(response_handle)
   local headers = response_handle:headers()
   local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   headers:remove("x-envoy-attempt-count")
-  if attempts > 1 then
-    a.balance = a.balance - (attempts - 1)
+  local mine = response_handle:streamInfo():dynamicMetadata():get(FILTER)
+  if mine == nil or mine.committed == nil then
+    return
+  end
+  local unused = mine.committed - math.min(mine.committed, attempts - 1)
+  local slot = a.slots[mine.second % a.window]
+  if unused > 0 and slot.second == mine.second then
+    slot.committed = slot.committed - unused
+    a.committed = a.committed - unused
   end
 end

@@ -464,11 +464,10 @@ func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Durati
 // TestChaosBrownout is #14's scenario 6: every replica turns slow (x10), then
 // fails every request (503), for two minutes each, then recovers. Hedging must
 // not pile on: over every 30 s window the requests the workload receives stay
-// within (1 + budget) x the client's requests, plus the hedge account's slack
-// (what it may hold and the requests in flight; controllers/xds/hedgebudget.lua).
-// Windows over the budget alone are logged. Envoy's retry_budget does not
-// bound hedges and the operator's delay follows Prometheus seconds behind;
-// without the account the window of the slowdown took +7.61%.
+// within (1 + budget) x the client's requests (the hedge account,
+// controllers/xds/hedgebudget.lua). Envoy's retry_budget does not bound
+// hedges and the operator's delay follows Prometheus seconds behind; without
+// the account the window of the slowdown took +7.61%.
 func TestChaosBrownout(t *testing.T) {
 	const rps = 300
 	s, ctx := startStackWithin(t, "bimodal", 20*time.Minute)
@@ -538,17 +537,11 @@ func TestChaosBrownout(t *testing.T) {
 	}
 	stopLoad()
 	l.wg.Wait()
-	// The hedge account's bound over a window: its ratio (the budget plus
-	// one point, plan.Budget.HedgeRatio) of the window's requests, plus what
-	// the account may hold at its start (two seconds of deposits per Envoy
-	// worker, at least plan.HedgeBurst), plus the hedges of the requests in
-	// flight at its start (one per request, at most 0.2 s of requests while
-	// the replicas are slow). The issue asks for the budget alone; windows
-	// over it are reported, and the test fails only past the account's bound.
-	const workers = 2
-	ratio := plan.Budget{Percent: p.Spec.EffectiveBudget().MaxExtraLoadPercent}.HedgeRatio()
-	slack := (ratio-budget)*window.Seconds()*rps + workers*max(plan.HedgeBurst, ratio*2*rps/workers) + rps*0.2
-	start, worst, overBudget := spans[0].from, 0.0, 0
+	// The issue's bar, with no slack: in every window the workload received
+	// at most (1 + budget) x the client's requests. The hedge account holds
+	// hedges within any 30 s to the budget's share of the requests in them
+	// (plan.HedgeWindow), committing each request's hedge when it arrives.
+	start, worst := spans[0].from, 0.0
 	for _, sp := range spans {
 		sent, failed := l.count(sp.from, sp.to)
 		extra := (sp.received - float64(sent)) / float64(sent)
@@ -556,12 +549,8 @@ func TestChaosBrownout(t *testing.T) {
 		t.Logf("%-9s %3.0f-%3.0f s: client %5d (%5d not 200), workload %6.0f, extra %+6.2f%%",
 			sp.phase, sp.from.Sub(start).Seconds(), sp.to.Sub(start).Seconds(), sent, failed, sp.received, 100*extra)
 		if sp.received > (1+budget)*float64(sent) {
-			overBudget++
-			t.Logf("%s: %.2f%% extra is over the %.0f%% budget", sp.phase, 100*extra, 100*budget)
-		}
-		if sp.received > (1+budget)*float64(sent)+slack {
-			t.Errorf("%s: the workload received %.0f requests for %d from the client in %s: %.2f%% extra, over the %.0f%% budget plus the account's %.0f",
-				sp.phase, sp.received, sent, sp.to.Sub(sp.from).Round(time.Second), 100*extra, 100*budget, slack)
+			t.Errorf("%s: the workload received %.0f requests for %d from the client in %s: %.2f%% extra, over the %.0f%% budget",
+				sp.phase, sp.received, sent, sp.to.Sub(sp.from).Round(time.Second), 100*extra, 100*budget)
 		}
 		// A request sent in the last seconds of the slow phase may get its
 		// answer, or its hedge's, from the 503 phase that follows.
@@ -575,8 +564,7 @@ func TestChaosBrownout(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("worst window: %+.2f%% extra against a %.0f%% budget; %d of %d windows over the budget alone (bound with the account's slack of %.0f requests: %.2f%% at %d rps)",
-		100*worst, 100*budget, overBudget, len(spans), slack, 100*(budget+slack/(rps*window.Seconds())), rps)
+	t.Logf("worst window: %+.2f%% extra against a %.0f%% budget, %d windows of 30 s at %d rps", 100*worst, 100*budget, len(spans), rps)
 
 	// Recovery: the last window of the recovered phase has no errors, and the
 	// policy derives its delay from Prometheus again.
