@@ -110,7 +110,13 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	m.scrapeUntil(t)
 	latency := firstAttempt
 	m.attempts++
-	funded := m.account == nil || m.account.commit(t)
+	funded, late := true, false
+	if m.account != nil {
+		funded, late = m.account.commit(t)
+	}
+	if late && delay > 0 {
+		delay = (&plan.Hedge{Delay: time.Duration(delay * float64(time.Millisecond))}).LateDelay().Seconds() * 1000
+	}
 	if delay > 0 && firstAttempt > delay+backoff && funded {
 		hedged = true
 		m.attempts++
@@ -134,8 +140,9 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 // hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker with
 // maxHedges 1: the hedges committed within the last window seconds (whole
 // Unix seconds) stay within ratio of the requests that arrived in them. A
-// request commits its hedge when it arrives; one that is answered unhedged
-// gives it back then, to its second, if that is still in the window.
+// request commits its hedge when it arrives, late (plan.Hedge.LateDelay) when
+// less than plan.HedgeLateReserve is left; one that is answered unhedged gives
+// it back then, to its second, if that is still in the window.
 type hedgeAccount struct {
 	ratio               float64
 	window              int64
@@ -157,8 +164,8 @@ func newHedgeAccount(ratio float64) *hedgeAccount {
 }
 
 // commit counts one request that arrived at t and says whether its hedge
-// fits in the account.
-func (a *hedgeAccount) commit(t time.Time) bool {
+// fits in the account, and whether it is late.
+func (a *hedgeAccount) commit(t time.Time) (funded, late bool) {
 	if s := t.Unix(); s > a.now {
 		for old, sec := range a.seconds {
 			if old <= s-a.window {
@@ -188,12 +195,13 @@ func (a *hedgeAccount) commit(t time.Time) bool {
 	}
 	sec.requests++
 	a.requests++
-	if a.ratio*a.requests-a.committed < 1 {
-		return false
+	left := a.ratio*a.requests - a.committed
+	if left < 1 {
+		return false, false
 	}
 	sec.committed++
 	a.committed++
-	return true
+	return true, left-plan.HedgeLateReserve < 1
 }
 
 // giveBackAt returns the hedge committed in second s when the unhedged

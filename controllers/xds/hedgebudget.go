@@ -52,5 +52,7 @@ func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
 		"ratio":   structpb.NewNumberValue(p.Budget.HedgeRatio()),
 		"window":  structpb.NewNumberValue(plan.HedgeWindow.Seconds()),
 		"hedges":  structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
+		"reserve": structpb.NewNumberValue(plan.HedgeLateReserve),
+		"late_ms": structpb.NewNumberValue(float64(p.Hedge.LateDelay().Milliseconds())),
 	}}}}
 }

@@ -15,14 +15,23 @@
 --   when fewer fit) are committed when it arrives, since Envoy sends them
 --   later, when the request has run past the delay. A request that fits none
 --   goes out with x-envoy-max-retries: 0, and Envoy does not hedge it.
+-- * Once what is left in the window falls below `reserve` hedges, a request
+--   that still fits is hedged late: after `late_ms`
+--   (x-envoy-upstream-rq-per-try-timeout-ms) instead of the delay. When the
+--   slow share equals the budget, hedges of fast requests that ran a little
+--   past the delay would take the slow requests' places; late, they are not
+--   sent, and the slow requests are hedged half a delay later.
 -- * When the answer comes, the hedges Envoy did not send
 --   (x-envoy-attempt-count, which the filter then removes) are given back to
 --   the second they were committed in, if it is still in the window.
 --
--- So the hedges sent for the requests that arrived in any `window` seconds
--- (whole seconds of os.time(), per Envoy worker) are at most `ratio` of
--- them, however slow the replicas turn. A commitment whose answer never
--- comes leaves with its second.
+-- So whenever a request arrives, the hedges committed within the last
+-- `window` seconds (whole seconds of os.time(), per Envoy worker), its own
+-- included, are at most `ratio` of the requests that arrived in them, however
+-- slow the replicas turn. Over any other stretch of `window` seconds, hedges
+-- may exceed `ratio` of its requests by what the `window` seconds before it
+-- left unused: little in a steady stream, where hedges use the budget as
+-- they come. A commitment whose answer never comes leaves with its second.
 --
 -- Lua state is per worker thread: each worker keeps its own accounts, and
 -- each holds the ratio for its own requests.
@@ -74,13 +83,18 @@ function envoy_on_request(request_handle)
   slot.requests = slot.requests + 1
   a.requests = a.requests + 1
   local hedges = md:get("hedges")
-  local fit = math.min(hedges, math.floor(md:get("ratio") * a.requests - a.committed))
+  local left = md:get("ratio") * a.requests - a.committed
+  local onTime = left - md:get("reserve")
+  local fit = math.min(hedges, math.floor(onTime >= 1 and onTime or left))
   if fit < 1 then
     request_handle:headers():replace("x-envoy-max-retries", "0")
     return
   end
   if fit < hedges then
     request_handle:headers():replace("x-envoy-max-retries", tostring(fit))
+  end
+  if onTime < 1 then
+    request_handle:headers():replace("x-envoy-upstream-rq-per-try-timeout-ms", tostring(md:get("late_ms")))
   end
   slot.committed = slot.committed + fit
   a.committed = a.committed + fit

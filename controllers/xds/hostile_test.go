@@ -40,14 +40,16 @@ type attemptLog struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
 	attempts map[string]int
-	leaked   map[string]bool // x-envoy-* request headers that reached the upstream
+	arrived  map[string][]time.Time // when each attempt reached the upstream
+	leaked   map[string]bool        // x-envoy-* request headers that reached the upstream
 }
 
 func newAttemptLog(t *testing.T) *attemptLog {
-	a := &attemptLog{attempts: map[string]int{}, leaked: map[string]bool{}}
+	a := &attemptLog{attempts: map[string]int{}, arrived: map[string][]time.Time{}, leaked: map[string]bool{}}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.attempts[r.Header.Get("x-test-id")]++
+		a.arrived[r.Header.Get("x-test-id")] = append(a.arrived[r.Header.Get("x-test-id")], time.Now())
 		for k := range r.Header {
 			k = strings.ToLower(k)
 			// Envoy's own: the attempt count tailcut asks for, and the
