@@ -161,11 +161,7 @@ func runLoop(t *testing.T, l loop) loopRun {
 		}
 		t1, t2 := l.latency(at, rng), l.latency(at, rng)
 		d := float64(delay) / float64(time.Millisecond)
-		hedged := m.record(start.Add(at), t1, t2, d, rng.Float64())
-		got := t1
-		if hedged {
-			got = math.Min(t1, d+1+t2)
-		}
+		hedged, got := m.record(start.Add(at), t1, t2, d, rng.Float64())
 		run.reqs = append(run.reqs, served{at: at, hedged: hedged, unhedgedMS: t1, hedgedMS: got})
 	}
 	for _, q := range prom.seen {
@@ -420,8 +416,16 @@ func TestClosedLoopFollowsAShift(t *testing.T) {
 		if on < all {
 			t.Errorf("%s: hedging ran at %d of %d evaluations during and after the shift, want all: following a shift is not stopping", tc.name, on, all)
 		}
-		if h, u := r.p99(followed+interval, until); h > 0.7*u {
-			t.Errorf("%s: p99 during the shift %.1fms hedged against %.1fms unhedged, want at most 0.7x (one hedge after a 45ms delay cannot beat about 86ms)", tc.name, h, u)
+		// One hedge after a 45ms delay cannot beat about 86ms. With the hedge
+		// account, whose window sits at its late threshold most of the time
+		// when the slow share equals the budget, most hedges go out late, at
+		// 1.5 x 45ms: about 108ms.
+		most, why := 0.7, "one hedge after a 45ms delay cannot beat about 86ms"
+		if !tc.noAccount {
+			most, why = 0.8, "one late hedge after 1.5 x 45ms cannot beat about 108ms"
+		}
+		if h, u := r.p99(followed+interval, until); h > most*u {
+			t.Errorf("%s: p99 during the shift %.1fms hedged against %.1fms unhedged, want at most %.1fx (%s)", tc.name, h, u, most, why)
 		} else {
 			t.Logf("%s: p99 during the shift %.1f -> %.1fms", tc.name, u, h)
 		}

@@ -156,6 +156,13 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		target = r.quantile
 		basis = fmt.Sprintf("custom query %s over %s is %s", quantileName(auto.Quantile), promDuration(auto.Window.Duration), roundUp(r.quantile))
 		observe(r.quantile, false)
+	case r.thin != "" && st.DelaySource != tailcutv1alpha1.DelaySourcePrometheus:
+		// Nothing derived yet: the delay in force is the fallback (or a
+		// last good delay going stale), and a reading too thin to read
+		// must not pass it off as derived. In the kind e2e a fallback of
+		// 50ms became source Prometheus when Prometheus first scraped a
+		// proxy that had served 8,920 requests before it.
+		return attach(withoutData(policy, auto, newNoData(tailcutv1alpha1.ReasonTooFewSamples, "%s", r.thin), now))
 	case r.thin != "":
 		target, basis = cur.Seconds(), r.thin
 	default:

@@ -105,14 +105,15 @@ func binLowerEdge(v int) float64 {
 }
 
 // record adds one request that arrived at t. firstAttempt is T1 in ms,
-// hedgeAttempt T2, delay the hedge delay in force (0: off).
-func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, backoff float64) (hedged bool) {
+// hedgeAttempt T2, delay the hedge delay in force (0: off). It returns
+// whether the request was hedged and the latency the client saw, in ms.
+func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, backoff float64) (hedged bool, latency float64) {
 	m.scrapeUntil(t)
-	latency := firstAttempt
+	latency = firstAttempt
 	m.attempts++
-	funded, late := true, false
+	funded, late, second := true, false, int64(0)
 	if m.account != nil {
-		funded, late = m.account.commit(t)
+		funded, late, second = m.account.commit(t)
 	}
 	if late && delay > 0 {
 		delay = (&plan.Hedge{Delay: time.Duration(delay * float64(time.Millisecond))}).LateDelay().Seconds() * 1000
@@ -124,7 +125,7 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 		latency = math.Min(firstAttempt, delay+backoff+hedgeAttempt)
 	}
 	if funded && !hedged && m.account != nil {
-		m.account.giveBackAt(t.Add(time.Duration(latency*float64(time.Millisecond))), t.Unix())
+		m.account.giveBackAt(t.Add(time.Duration(latency*float64(time.Millisecond))), second)
 	}
 	edge := binLowerEdge(int(latency))
 	i, _ := slices.BinarySearchFunc(m.bounds, edge, func(b, e float64) int {
@@ -134,14 +135,14 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 		return 1
 	})
 	m.inBin[i]++
-	return hedged
+	return hedged, latency
 }
 
 // hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker with
 // maxHedges 1: the hedges committed within the last window seconds (whole
 // Unix seconds) stay within ratio of the requests that arrived in them. A
 // request commits its hedge when it arrives, late (plan.Hedge.LateDelay) when
-// less than plan.HedgeLateReserve is left; one that is answered unhedged gives
+// fewer than plan.HedgeLateThreshold would be left; one that is answered unhedged gives
 // it back then, to its second, if that is still in the window.
 type hedgeAccount struct {
 	ratio               float64
@@ -164,8 +165,8 @@ func newHedgeAccount(ratio float64) *hedgeAccount {
 }
 
 // commit counts one request that arrived at t and says whether its hedge
-// fits in the account, and whether it is late.
-func (a *hedgeAccount) commit(t time.Time) (funded, late bool) {
+// fits in the account, whether it is late, and the second it is booked in.
+func (a *hedgeAccount) commit(t time.Time) (funded, late bool, second int64) {
 	if s := t.Unix(); s > a.now {
 		for old, sec := range a.seconds {
 			if old <= s-a.window {
@@ -197,11 +198,11 @@ func (a *hedgeAccount) commit(t time.Time) (funded, late bool) {
 	a.requests++
 	left := a.ratio*a.requests - a.committed
 	if left < 1 {
-		return false, false
+		return false, false, a.now
 	}
 	sec.committed++
 	a.committed++
-	return true, left-plan.HedgeLateReserve < 1
+	return true, left-plan.HedgeLateThreshold < 1, a.now
 }
 
 // giveBackAt returns the hedge committed in second s when the unhedged

@@ -342,6 +342,38 @@ func TestHoldAfterAChange(t *testing.T) {
 	}
 }
 
+// TestThinReadingKeepsTheFallback: the counters saw requests but Envoy has
+// not published its histogram yet (Prometheus just started scraping the
+// proxy). With the fallback in force, the fallback stays, not derived;
+// with a delay derived before, the delay is held and still derived.
+func TestThinReadingKeepsTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		source      tailcutv1alpha1.DelaySource
+		wantSource  tailcutv1alpha1.DelaySource
+		wantDerived bool
+	}{
+		{"fallback in force", tailcutv1alpha1.DelaySourceFallback, tailcutv1alpha1.DelaySourceFallback, false},
+		{"derived before", tailcutv1alpha1.DelaySourcePrometheus, tailcutv1alpha1.DelaySourcePrometheus, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeProm(t)
+			f.set(kBuckets, bucketsReply(0, bimodal(15, 0.03)))
+			f.hedging(8920, 0)
+			policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+				a.Fallback = &tailcutv1alpha1.Fallback{Action: tailcutv1alpha1.FallbackStatic, Delay: dur(50 * ms)}
+			}), prior(50*ms, tc.source, time.Minute, time.Minute))
+			res := estimate(t, f, policy)
+			if res.Delay != 50*ms || res.Source != tc.wantSource || res.Derived != tc.wantDerived {
+				t.Errorf("got %s from %s (derived %v: %s), want 50ms from %s (derived %v)", res.Delay, res.Source, res.Derived, res.Reason, tc.wantSource, tc.wantDerived)
+			}
+			if !strings.Contains(res.Reason, "histogram shows no request") {
+				t.Errorf("reason %q does not say the histogram is not published yet", res.Reason)
+			}
+		})
+	}
+}
+
 // TestReadsSinceTheLastChange: the span starts at the last change (less a
 // second for the push to reach Envoy) while that is shorter than the window.
 func TestReadsSinceTheLastChange(t *testing.T) {

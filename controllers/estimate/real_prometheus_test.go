@@ -104,7 +104,7 @@ func TestRealPrometheus(t *testing.T) {
 					at := now.Sub(start)
 					t1, t2 := latency(at, rng), latency(at, rng)
 					d := float64(delay) / float64(time.Millisecond)
-					hedged := m.record(now, t1, t2, d, rng.Float64())
+					hedged, _ := m.record(now, t1, t2, d, rng.Float64())
 					reqs = append(reqs, served{at: at, hedged: hedged})
 				}
 				mu.Unlock()

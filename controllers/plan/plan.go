@@ -132,12 +132,12 @@ type Budget struct {
 }
 
 // HedgeRatio is the share of requests the policy's hedge account lets Envoy
-// hedge within any HedgeWindow: exactly the budget. An earlier account let
+// hedge within its HedgeWindow: exactly the budget. An earlier account let
 // the budget plus one point through, so that a delay asking for a little more
 // than the budget kept its tail cut; it sent 5.3% extra load under a 5%
 // budget in the local stack. The account now counts over a sliding window
-// instead of a small bucket, and reserves a hedge for every request it lets
-// hedge while that request runs, so it holds the budget itself (#14).
+// instead of a small bucket, and commits a request's hedges from its arrival
+// to its answer, so it holds the budget itself (#14).
 func (b Budget) HedgeRatio() float64 { return float64(b.Percent) / 100 }
 
 // Endpoint is one ready backend address.

@@ -306,7 +306,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		Match: plan.Match{PathPrefix: "/", Methods: []string{"GET", "HEAD"}},
 		Hedge: &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		// One request in three meets the slow backend and needs a hedge: a
-		// budget that allows them all (the hedge account's 90%), so the test
+		// budget that allows them all (the hedge account lets 100% through), so the test
 		// sees Envoy's hedging itself; TestHedgeAccountCapsTheRate checks the cap.
 		Budget: plan.Budget{Percent: 100, MinConcurrency: 3},
 	}

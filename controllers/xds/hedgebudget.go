@@ -29,7 +29,8 @@ import (
 
 // HedgeBudgetFilter names the listener's hedge account filter; the hedged
 // route's metadata for it sits under the same name, where Lua's metadata()
-// looks.
+// looks, and hedgebudget.lua keeps a request's commitment in dynamic
+// metadata under it (FILTER there).
 const HedgeBudgetFilter = "tailcut.hedge_budget"
 
 //go:embed hedgebudget.lua
@@ -48,11 +49,11 @@ func hedgeBudgetFilter() *hcmv3.HttpFilter {
 // account's terms.
 func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{HedgeBudgetFilter: {Fields: map[string]*structpb.Value{
-		"account": structpb.NewStringValue(p.Name),
-		"ratio":   structpb.NewNumberValue(p.Budget.HedgeRatio()),
-		"window":  structpb.NewNumberValue(plan.HedgeWindow.Seconds()),
-		"hedges":  structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
-		"reserve": structpb.NewNumberValue(plan.HedgeLateReserve),
-		"late_ms": structpb.NewNumberValue(float64(p.Hedge.LateDelay().Milliseconds())),
+		"account":    structpb.NewStringValue(p.Name),
+		"ratio":      structpb.NewNumberValue(p.Budget.HedgeRatio()),
+		"window":     structpb.NewNumberValue(plan.HedgeWindow.Seconds()),
+		"hedges":     structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
+		"late_below": structpb.NewNumberValue(plan.HedgeLateThreshold),
+		"late_ms":    structpb.NewNumberValue(float64(p.Hedge.LateDelay().Milliseconds())),
 	}}}}
 }

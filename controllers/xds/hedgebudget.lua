@@ -5,61 +5,75 @@
 -- while it runs. When every replica turns slow, every request passes its
 -- delay, and until the operator's next estimate each one would be hedged
 -- (#14, scenario 6). This filter keeps one account per policy, named by the
--- hedged route's metadata (account, ratio, window, hedges):
+-- hedged route's metadata (account, ratio, window, hedges, late_below,
+-- late_ms; plan.HedgeWindow and the plan's constants next to it):
 --
--- * The account counts, for each of the last `window` seconds, the requests
---   that arrived and the hedges committed to.
--- * A request may be hedged only while the hedges committed within the
---   window, its own included, stay within `ratio` of the requests that
+-- * The account counts, for each of the last `window` whole seconds of
+--   os.time() (the current one included), the requests that arrived and the
+--   hedges committed to.
+-- * A request may be hedged only if, with its own hedges, the hedges
+--   committed within the window stay within `ratio` of the requests that
 --   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
 --   when fewer fit) are committed when it arrives, since Envoy sends them
 --   later, when the request has run past the delay. A request that fits none
 --   goes out with x-envoy-max-retries: 0, and Envoy does not hedge it.
--- * Once what is left in the window falls below `reserve` hedges, a request
---   that still fits is hedged late: after `late_ms`
---   (x-envoy-upstream-rq-per-try-timeout-ms) instead of the delay. When the
---   slow share equals the budget, hedges of fast requests that ran a little
---   past the delay would take the slow requests' places; late, they are not
---   sent, and the slow requests are hedged half a delay later.
+-- * A request that would leave fewer than `late_below` hedges in the window
+--   is hedged late: after `late_ms` (x-envoy-upstream-rq-per-try-timeout-ms)
+--   instead of the delay. When the slow share equals the budget, hedges of
+--   fast requests that ran a little past the delay would take the slow
+--   requests' places; late, they are not sent, and the slow requests are
+--   hedged half a delay later.
 -- * When the answer comes, the hedges Envoy did not send
 --   (x-envoy-attempt-count, which the filter then removes) are given back to
 --   the second they were committed in, if it is still in the window.
 --
--- So whenever a request arrives, the hedges committed within the last
--- `window` seconds (whole seconds of os.time(), per Envoy worker), its own
--- included, are at most `ratio` of the requests that arrived in them, however
--- slow the replicas turn. Over any other stretch of `window` seconds, hedges
--- may exceed `ratio` of its requests by what the `window` seconds before it
--- left unused: little in a steady stream, where hedges use the budget as
--- they come. A commitment whose answer never comes leaves with its second.
+-- So a hedge is committed only while the window's hedges stay within `ratio`
+-- of its requests. When a second leaves the window, its requests leave with
+-- it while hedges it paid for may still be counted in later seconds, and the
+-- window then refuses hedges until requests make up for them. Over a stretch
+-- of `window` seconds that does not start on a whole second, hedges may
+-- exceed `ratio` of its requests by what the seconds before it left unused:
+-- little in a steady stream, where hedges use the budget as they come. A
+-- commitment whose answer never comes leaves with its second.
 --
 -- Lua state is per worker thread: each worker keeps its own accounts, and
--- each holds the ratio for its own requests.
+-- each holds the ratio for its own requests. A route without complete
+-- metadata has no account (an upgrade can pair this script with an older
+-- operator's routes for a moment): its requests pass unchanged.
 
+-- FILTER is HedgeBudgetFilter in hedgebudget.go.
 local FILTER = "tailcut.hedge_budget"
+local FIELDS = {"account", "ratio", "window", "hedges", "late_below", "late_ms"}
 local accounts = {}
+local generation = 0
 
 local function account(handle)
   local md = handle:metadata()
-  local name = md:get("account")
-  if name == nil then
-    return nil
+  local terms = {}
+  for _, field in ipairs(FIELDS) do
+    terms[field] = md:get(field)
+    if terms[field] == nil then
+      return nil
+    end
   end
-  local window = md:get("window")
-  local a = accounts[name]
-  if a == nil or a.window ~= window then
-    a = {window = window, now = 0, slots = {}, requests = 0, committed = 0}
-    for i = 0, window - 1 do
+  local a = accounts[terms.account]
+  if a == nil or a.window ~= terms.window then
+    -- A new window cannot take back what the old one committed: answers
+    -- to requests of an older account give nothing back to this one.
+    generation = generation + 1
+    a = {window = terms.window, generation = generation, now = 0, slots = {}, requests = 0, committed = 0}
+    for i = 0, terms.window - 1 do
       a.slots[i] = {second = -1, requests = 0, committed = 0}
     end
-    accounts[name] = a
+    accounts[terms.account] = a
   end
-  return a, md
+  return a, terms
 end
 
 -- advance moves the account to second `now`: the seconds that left the
 -- window leave the totals, and every second since the last call gets an
--- empty slot (a slot serves the seconds that are `window` apart).
+-- empty slot (a slot serves the seconds that are `window` apart). A clock
+-- that steps back keeps counting in the latest second.
 local function advance(a, now)
   if now <= a.now then
     return a.slots[a.now % a.window]
@@ -75,32 +89,31 @@ local function advance(a, now)
 end
 
 function envoy_on_request(request_handle)
-  local a, md = account(request_handle)
+  local a, terms = account(request_handle)
   if a == nil then
     return
   end
   local slot = advance(a, os.time())
   slot.requests = slot.requests + 1
   a.requests = a.requests + 1
-  local hedges = md:get("hedges")
-  local left = md:get("ratio") * a.requests - a.committed
-  local onTime = left - md:get("reserve")
-  local fit = math.min(hedges, math.floor(onTime >= 1 and onTime or left))
+  local left = terms.ratio * a.requests - a.committed
+  local fit = math.min(terms.hedges, math.floor(left))
   if fit < 1 then
     request_handle:headers():replace("x-envoy-max-retries", "0")
     return
   end
-  if fit < hedges then
+  if fit < terms.hedges then
     request_handle:headers():replace("x-envoy-max-retries", tostring(fit))
   end
-  if onTime < 1 then
-    request_handle:headers():replace("x-envoy-upstream-rq-per-try-timeout-ms", tostring(md:get("late_ms")))
+  if left - fit < terms.late_below then
+    request_handle:headers():replace("x-envoy-upstream-rq-per-try-timeout-ms", tostring(terms.late_ms))
   end
   slot.committed = slot.committed + fit
   a.committed = a.committed + fit
   local info = request_handle:streamInfo():dynamicMetadata()
   info:set(FILTER, "committed", fit)
   info:set(FILTER, "second", slot.second)
+  info:set(FILTER, "generation", a.generation)
 end
 
 function envoy_on_response(response_handle)
@@ -112,7 +125,7 @@ function envoy_on_response(response_handle)
   local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   headers:remove("x-envoy-attempt-count")
   local mine = response_handle:streamInfo():dynamicMetadata():get(FILTER)
-  if mine == nil or mine.committed == nil then
+  if mine == nil or mine.committed == nil or mine.generation ~= a.generation then
     return
   end
   local unused = mine.committed - math.min(mine.committed, attempts - 1)

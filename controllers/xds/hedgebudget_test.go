@@ -28,39 +28,45 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 )
 
-// TestHedgeAccountCapsTheRate is the data-path half of #14's brownout: an
-// upstream where every attempt takes 300 ms (every replica slow), a 20 ms
-// delay, so every request wants a hedge, at 50 requests a second for 20 s.
-// Without the account (the route's metadata removed) the same run sent 1,000
-// hedges for 1,000 requests: Envoy's retry_budget did not hold them back, as
-// a retry holds its place in the budget only while it waits out its back-off
-// (1 ms on a hedged route), not while it runs. The run fits in one of the
-// account's windows, so the account allows at most the budget's share of the
-// requests, 5% of 1,000: 50 hedges, none for requests in flight beyond it.
-// With every request slow the account never holds more than its late
-// reserve, so every hedge is late: 30 ms (1.5 x 20 ms) after its first
-// attempt, not 20.
-func TestHedgeAccountCapsTheRate(t *testing.T) {
+// accountRun is what one run through the hedge account counted.
+type accountRun struct {
+	sent, ok, attemptHeaders int
+	// hedges reached the upstream; early ones came sooner than 25 ms after
+	// their first attempt (the delay is 20 ms, a late hedge 30 ms).
+	hedges, early int
+}
+
+// runAccount sends 50 GETs a second for 20 s through a 20 ms hedge with a 5%
+// budget: one Envoy worker, one account, and the run fits in one of the
+// account's windows (plan.HedgeWindow). Every slowEvery-th request goes to
+// /slow (300 ms), the rest to / (fast).
+func runAccount(t *testing.T, slowEvery int) accountRun {
+	t.Helper()
+	const rate, length = 50, 20 * time.Second
+	if length >= plan.HedgeWindow {
+		t.Fatalf("the run (%s) must fit in one window of the account (%s)", length, plan.HedgeWindow)
+	}
 	up := newAttemptLog(t)
-	budget := plan.Budget{Percent: 5, MinConcurrency: 3}
 	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Hedge.Delay = 20 * time.Millisecond
-		p.Budget = budget
+		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
 	})
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
-	const rate, length = 50, 20 * time.Second
 	var (
-		wg             sync.WaitGroup
-		mu             sync.Mutex
-		sent, ok       int
-		attemptHeaders int
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		run accountRun
 	)
 	tick := time.NewTicker(time.Second / rate)
 	defer tick.Stop()
 	for start, i := time.Now(), 0; time.Since(start) < length; i++ {
 		<-tick.C
+		path := "/"
+		if i%slowEvery == 0 {
+			path = "/slow"
+		}
 		wg.Go(func() {
-			req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/slow", listenPort), nil)
+			req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", listenPort, path), nil)
 			if err != nil {
 				panic(err)
 			}
@@ -69,17 +75,17 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 			resp, err := client.Do(req)
 			mu.Lock()
 			defer mu.Unlock()
-			sent++
+			run.sent++
 			if err != nil {
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				ok++
+				run.ok++
 			}
 			if resp.Header.Get("x-envoy-attempt-count") != "" {
-				attemptHeaders++
+				run.attemptHeaders++
 			}
 		})
 	}
@@ -88,43 +94,70 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 
 	up.mu.Lock()
 	defer up.mu.Unlock()
-	attempts, onTime := 0, 0
-	for id, n := range up.attempts {
-		if !strings.HasPrefix(id, "rate-") {
+	for id, at := range up.arrived {
+		if !strings.HasPrefix(id, "rate-") || len(at) < 2 {
 			continue
 		}
-		attempts += n
+		run.hedges += len(at) - 1
 		// Envoy sends the hedge after the per-try timeout plus a back-off
-		// of up to 1 ms; scheduling on a busy machine adds a few more.
-		if at := up.arrived[id]; len(at) == 2 && at[1].Sub(at[0]) < 27*time.Millisecond {
-			onTime++
+		// of up to 1 ms.
+		if at[1].Sub(at[0]) < 25*time.Millisecond {
+			run.early++
 		}
 	}
-	extra := attempts - sent
-	// One Envoy worker: one account, and the run is shorter than its window.
-	if length >= plan.HedgeWindow {
-		t.Fatalf("the run (%s) must fit in one window of the account (%s)", length, plan.HedgeWindow)
+	if run.ok != run.sent {
+		t.Errorf("%d of %d requests got a 200", run.ok, run.sent)
 	}
-	most := float64(budget.Percent) / 100 * float64(sent)
-	t.Logf("%d requests, %d attempts at the upstream: %d hedges (%.1f%%), at most %.0f allowed (%.1f%%)", sent, attempts, extra, 100*float64(extra)/float64(sent), most, 100*most/float64(sent))
-	if ok != sent {
-		t.Errorf("%d of %d requests got a 200", ok, sent)
-	}
-	if float64(extra) > most {
-		t.Errorf("%d hedges for %d requests, want at most %.0f: the %d%% budget", extra, sent, most, budget.Percent)
-	}
-	// The account spends what it earns: a cap that turned hedging off would
-	// also pass the bound above.
-	if least := most - 5; float64(extra) < least {
-		t.Errorf("%d hedges for %d requests, want at least %.0f: the account should spend its share", extra, sent, least)
-	}
-	if onTime > 0 {
-		t.Errorf("%d hedges came less than 27 ms after their first attempt; every hedge should be late (30 ms) once the account holds less than its reserve", onTime)
-	}
-	if attemptHeaders > 0 {
-		t.Errorf("%d responses carried x-envoy-attempt-count to the client; the account removes it", attemptHeaders)
+	if run.attemptHeaders > 0 {
+		t.Errorf("%d responses carried x-envoy-attempt-count to the client; the account removes it", run.attemptHeaders)
 	}
 	for h := range up.leaked {
 		t.Errorf("a header reached the upstream: %s", h)
+	}
+	return run
+}
+
+// TestHedgeAccountCapsTheRate is the data-path half of #14's brownout: every
+// request is slow (every replica slow), so every request wants a hedge.
+// Without the account (the route's metadata removed) the same run, with a
+// 1 ms delay, sent 1,000 hedges for 1,000 requests: Envoy's retry_budget did not hold them back, as
+// a retry holds its place in the budget only while it waits out its back-off
+// (1 ms on a hedged route), not while it runs. The account allows at most the
+// budget's share of the requests of its window, 5% of 1,000: 50 hedges, none
+// for requests in flight beyond it. With every request slow, a request never
+// leaves the late threshold behind, so every hedge is late: 30 ms (1.5 x
+// 20 ms) after its first attempt, not 20.
+func TestHedgeAccountCapsTheRate(t *testing.T) {
+	run := runAccount(t, 1)
+	most := 0.05 * float64(run.sent)
+	t.Logf("%d requests, all slow: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than 25 ms", run.sent, run.hedges, 100*float64(run.hedges)/float64(run.sent), most, run.early)
+	if float64(run.hedges) > most {
+		t.Errorf("%d hedges for %d requests, want at most %.0f: the 5%% budget", run.hedges, run.sent, most)
+	}
+	// The account spends what it earns: a cap that turned hedging off would
+	// also pass the bound above.
+	if least := most - 5; float64(run.hedges) < least {
+		t.Errorf("%d hedges for %d requests, want at least %.0f: the account should spend its share", run.hedges, run.sent, least)
+	}
+	if run.early > 0 {
+		t.Errorf("%d hedges came sooner than 25 ms after their first attempt; every hedge should be late (30 ms)", run.early)
+	}
+}
+
+// TestHedgeAccountGivesBackUnusedHedges: one request in ten is slow, more
+// than the 5% budget can hedge. A request commits a hedge when it arrives and
+// gives it back when it is answered unhedged, so the fast nine in ten leave
+// the budget to the slow ones: 5% of 1,000 requests, 50 hedges, all of slow
+// requests. With the give-back removed from the Lua, the commitments fell on
+// fast requests and 0 hedges were sent.
+func TestHedgeAccountGivesBackUnusedHedges(t *testing.T) {
+	run := runAccount(t, 10)
+	most := 0.05 * float64(run.sent)
+	t.Logf("%d requests, one in ten slow: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than 25 ms", run.sent, run.hedges, 100*float64(run.hedges)/float64(run.sent), most, run.early)
+	if float64(run.hedges) > most {
+		t.Errorf("%d hedges for %d requests, want at most %.0f: the 5%% budget", run.hedges, run.sent, most)
+	}
+	if least := most - 5; float64(run.hedges) < least {
+		t.Errorf("%d hedges for %d requests, want at least %.0f: unhedged answers should give their commitments back", run.hedges, run.sent, least)
 	}
 }

@@ -538,9 +538,9 @@ func TestChaosBrownout(t *testing.T) {
 	stopLoad()
 	l.wg.Wait()
 	// The bar, with no slack: in every window the workload received
-	// at most (1 + budget) x the client's requests. The hedge account holds
-	// hedges within any 30 s to the budget's share of the requests in them
-	// (plan.HedgeWindow), committing each request's hedge when it arrives.
+	// at most (1 + budget) x the client's requests. The hedge account commits
+	// a hedge only while the hedges of its 30 s window stay within the
+	// budget's share of the window's requests (plan.HedgeWindow).
 	start, worst := spans[0].from, 0.0
 	for _, sp := range spans {
 		sent, failed := l.count(sp.from, sp.to)
