@@ -131,13 +131,13 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 // TestHedgeAccountCapsTheRate is the data-path half of #14's brownout: every
 // request is slow (every replica slow), so every request wants a hedge.
 // Without the account (the route's metadata removed) the same run, with a
-// 1 ms delay, sent 1,000 hedges for 1,000 requests: Envoy's retry_budget did not hold them back, as
-// a retry holds its place in the budget only while it waits out its back-off
-// (1 ms on a hedged route), not while it runs. The account allows at most the
-// budget's share of the requests of its window, 5% of 1,000: 50 hedges, none
-// for requests in flight beyond it. With every request slow, a request never
-// leaves the late threshold behind, so every hedge is late: 30 ms (1.5 x
-// 20 ms) after its first attempt, not 20.
+// 1 ms delay, sent 1,000 hedges for 1,000 requests: Envoy's retry_budget did
+// not hold them back, as a retry holds its place in the budget only while it
+// waits out its back-off (1 ms on a hedged route), not while it runs. The
+// account allows at most the budget's share of the requests of its window, 5%
+// of 1,000: 50 hedges, none for requests in flight beyond it. With every
+// request slow, a request never leaves the late threshold behind, so every
+// hedge is late: 30 ms (1.5 x 20 ms) after its first attempt, not 20.
 func TestHedgeAccountCapsTheRate(t *testing.T) {
 	if run := runAccount(t, 1); run.early > 0 {
 		t.Errorf("%d hedges came sooner than 25 ms after their first attempt; every hedge should be late (30 ms)", run.early)
