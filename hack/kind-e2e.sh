@@ -131,6 +131,17 @@ clean() {
 	rm -f "$KUBECONFIG_FILE"
 }
 
+# wait_for_api waits until the API server serves the node object: a cluster
+# reused after a Docker restart answers "forbidden" for a while, until its
+# RBAC bootstrap has run again, and kubectl wait does not retry that.
+wait_for_api() {
+	local deadline=$((SECONDS + 180)) out
+	until out=$("$KUBECTL" get "node/$NODE" -o name 2>&1); do
+		((SECONDS < deadline)) || ko_die "the API server of $KIND_CLUSTER did not serve node/$NODE within 3 minutes: $out"
+		sleep 2
+	done
+}
+
 create_cluster() {
 	local t0
 	t0=$(ko_now)
@@ -146,6 +157,7 @@ create_cluster() {
 	# addresses from the node's pod CIDR is all it takes (kindnetd is
 	# disabled in hack/kind-config.yaml).
 	docker exec -i "$NODE" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-tailcut-ptp.conflist' <hack/kind-offline/node/cni.conflist
+	wait_for_api
 	"$KUBECTL" wait --for=condition=Ready "node/$NODE" --timeout=3m >&2
 	"$KUBECTL" -n kube-system rollout status deploy/coredns --timeout=3m >&2
 	ko_took "cluster" "$t0"
@@ -212,10 +224,12 @@ diagnose() {
 	mkdir -p "$ARTIFACTS"
 	{
 		"$KUBECTL" get pods -A -o wide || true
-		"$KUBECTL" get hedgepolicies -n "$NAMESPACE" -o yaml || true
-		"$KUBECTL" get events -A --sort-by=.lastTimestamp | tail -40 || true
-		"$KUBECTL" logs -n "$NAMESPACE" "deploy/$RELEASE" --tail=100 || true
 		"$KUBECTL" logs -n "$NAMESPACE" "deploy/$RELEASE-proxy" --tail=50 || true
+		"$KUBECTL" logs -n "$NAMESPACE" "deploy/$RELEASE" --tail=100 || true
+		"$KUBECTL" get events -A --sort-by=.lastTimestamp | tail -40 || true
+		# Last, so that the part of a CI log that is kept shows why the
+		# policy did what it did.
+		"$KUBECTL" get hedgepolicies -n "$NAMESPACE" -o yaml || true
 	} >"$ARTIFACTS/diagnostics.txt" 2>&1
 	tail -n 80 "$ARTIFACTS/diagnostics.txt" >&2
 }

@@ -149,7 +149,8 @@ func TestKind(t *testing.T) {
 			}
 		}
 		if b, h := report.Arms["bypass"].P99, report.Arms["hedged"].P99; !(h <= 0.5*b) {
-			t.Errorf("hedged p99 %.1f ms is not <= 0.5 x bypass p99 %.1f ms", h, b)
+			t.Errorf("hedged p99 %.1f ms is not <= 0.5 x bypass p99 %.1f ms; the delay during the A/B: %s; at the end: %s",
+				h, b, strings.Join(changes, ", "), policy.Status.DelayReason)
 		}
 		if budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent); report.ExtraLoadPct > budget+1 || report.ExtraLoadPct < 0 {
 			t.Errorf("extra load %.2f%% at the replicas, want at most the budget %v%% + 1 point", report.ExtraLoadPct, budget)
@@ -243,7 +244,8 @@ func watchDelay(ctx context.Context, t *testing.T, c client.Client, key client.O
 		for {
 			var p tailcutv1alpha1.HedgePolicy
 			if err := c.Get(ctx, key, &p); err == nil {
-				if d := delay(p.Status.EffectiveDelay); d != last {
+				d := fmt.Sprintf("%s %s %s", delay(p.Status.EffectiveDelay), p.Status.DelaySource, derivedReason(&p))
+				if d != last {
 					changes = append(changes, fmt.Sprintf("+%s %s (hedge rate %s)", time.Since(start).Round(time.Second), d, hedgeRate(p.Status.HedgeRate)))
 					last = d
 				}
@@ -260,6 +262,14 @@ func watchDelay(ctx context.Context, t *testing.T, c client.Client, key client.O
 		<-done
 		return changes
 	}
+}
+
+// derivedReason is the reason of the DelayDerived condition.
+func derivedReason(p *tailcutv1alpha1.HedgePolicy) string {
+	if c := meta.FindStatusCondition(p.Status.Conditions, tailcutv1alpha1.ConditionDelayDerived); c != nil {
+		return c.Reason
+	}
+	return "-"
 }
 
 // jobLogs returns the logs of the (single) pod of a Job.
