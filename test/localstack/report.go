@@ -49,6 +49,13 @@ type Arm struct {
 	Percentiles map[string]float64 `json:"percentiles_ms,omitempty"`
 }
 
+// Settle is what the settling phase sent.
+type Settle struct {
+	Duration  string             `json:"duration"`
+	Requests  map[string]float64 `json:"requests"`
+	ErrorRate float64            `json:"error_rate"`
+}
+
 // Report is report.json. Other tools read it: keep the documented keys stable.
 type Report struct {
 	// Arms holds "hedged" and the unhedged reference, keyed by UnhedgedArm:
@@ -66,10 +73,14 @@ type Report struct {
 	Scenario          string             `json:"scenario"`
 	RatePerArm        float64            `json:"rate_per_arm"`
 	Duration          string             `json:"duration"`
-	PostsSent         float64            `json:"posts_sent"`
-	PostSideEffects   float64            `json:"post_side_effects"`
-	Pass              bool               `json:"pass"`
-	Reasons           []string           `json:"reasons"`
+	// Settle is the phase before the measured run, at the same rate and not
+	// measured (nil when the run had none). Its errors and extra attempts
+	// count in the verdict.
+	Settle          *Settle  `json:"settle,omitempty"`
+	PostsSent       float64  `json:"posts_sent"`
+	PostSideEffects float64  `json:"post_side_effects"`
+	Pass            bool     `json:"pass"`
+	Reasons         []string `json:"reasons"`
 }
 
 // NewReport combines k6's summary, whose keys Report shares, with the policy's
@@ -110,7 +121,11 @@ func (r Report) Unhedged() Arm { return r.Arms[r.UnhedgedArm] }
 
 // PrintTable writes the A/B table.
 func (r Report) PrintTable(w io.Writer) {
-	fmt.Fprintf(w, "\ntailcut A/B, scenario %s: %g rps per arm for %s, through one Envoy to the same 3 replicas\n\n", r.Scenario, r.RatePerArm, r.Duration)
+	after := ""
+	if r.Settle != nil {
+		after = " after " + r.Settle.Duration + " at the same rate (not measured)"
+	}
+	fmt.Fprintf(w, "\ntailcut A/B, scenario %s: %g rps per arm for %s%s, through one Envoy to the same 3 replicas\n\n", r.Scenario, r.RatePerArm, r.Duration, after)
 	fmt.Fprintf(w, "%-8s %8s %8s %8s %8s %8s %8s %8s\n", "arm", "count", "p50", "p90", "p95", "p99", "p99.9", "max")
 	for _, name := range []string{r.UnhedgedArm, "hedged"} {
 		a := r.Arms[name]
@@ -119,6 +134,9 @@ func (r Report) PrintTable(w io.Writer) {
 	fmt.Fprintf(w, "%-8s %8s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "hedged/"+r.UnhedgedArm, "", r.Ratio["p50"], r.Ratio["p90"], r.Ratio["p95"], r.Ratio["p99"], r.Ratio["p999"])
 	fmt.Fprintf(w, "\n(latency in ms, measured by k6 at the client)\n")
 	fmt.Fprintf(w, "delay chosen by tailcut: %.1f ms (%s): %s\n", r.DelayMS, r.DelaySource, r.DelayReason)
+	if r.Settle != nil {
+		fmt.Fprintf(w, "settling: %.0f hedged and %.0f %s requests, error rate %.4f\n", r.Settle.Requests["hedged"], r.Settle.Requests[r.UnhedgedArm], r.UnhedgedArm, r.Settle.ErrorRate)
+	}
 	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%, at most %d%% + 1 point to pass)\n", r.ExtraLoadPct, r.BudgetPct, r.BudgetPct)
 	fmt.Fprintf(w, "errors: %s %.4f, hedged %.4f; dropped iterations: %.0f; POSTs: %.0f sent, %.0f executed\n",
 		r.UnhedgedArm, r.Unhedged().ErrorRate, r.Arms["hedged"].ErrorRate, r.DroppedIterations, r.PostsSent, r.PostSideEffects)

@@ -16,7 +16,11 @@
 //   UNHEDGED        bypass or direct                                    (default bypass)
 //   DIRECT_URLS     comma-separated replica base URLs, for UNHEDGED=direct
 //   RATE            requests per second per arm                         (default 150)
-//   DURATION        run length                                          (default 60s)
+//   DURATION        length of the measured run                          (default 60s)
+//   SETTLE          both arms at RATE for this long first, not measured: the
+//                   delay is derived from the traffic before the run, and a
+//                   step to RATE moves it; the verdict reads the steady state
+//                   (default 0s). Errors and extra load count in it too.
 //   PATH_PREFIX     request path                                        (default /)
 //   MAX_P99_RATIO   pass when hedged p99 <= ratio * unhedged p99        (default 0.5)
 //   WORKLOAD_METRICS comma-separated /metrics URLs of the replicas, to count the
@@ -43,6 +47,8 @@ const TARGET = requireEnv('TARGET_URL');
 const HOST = requireEnv('HOST');
 const RATE = parseInt(__ENV.RATE || '150', 10);
 const DURATION = __ENV.DURATION || '60s';
+const SETTLE = __ENV.SETTLE || '0s';
+const SETTLING = !/^0+[a-z]*$/.test(SETTLE);
 const PATH = __ENV.PATH_PREFIX || '/';
 const MAX_RATIO = parseFloat(__ENV.MAX_P99_RATIO || '0.5');
 const UNHEDGED = __ENV.UNHEDGED || 'bypass';
@@ -70,15 +76,25 @@ function requireEnv(name) {
   return v;
 }
 
-function arm(name, exec, rate) {
+// A measured arm starts after the settling phase; its settling twin is tagged
+// settle-<arm> and runs before it.
+function arm(name, exec, rate, settling = false) {
   return {
-    executor: 'constant-arrival-rate', exec, rate, timeUnit: '1s', duration: DURATION,
-    preAllocatedVUs: VUS, maxVUs: VUS * 4, tags: { arm: name },
+    executor: 'constant-arrival-rate', exec, rate, timeUnit: '1s',
+    duration: settling ? SETTLE : DURATION, startTime: settling ? '0s' : SETTLE,
+    preAllocatedVUs: VUS, maxVUs: VUS * 4, tags: { arm: settling ? `settle-${name}` : name },
   };
 }
 
 const scenarios = { [UNHEDGED]: arm(UNHEDGED, UNHEDGED, RATE), hedged: arm('hedged', 'hedged', RATE) };
 if (POST_RATE > 0) scenarios.posts = arm('posts', 'post', POST_RATE);
+const ARMS = Object.values(scenarios).map((sc) => sc.tags.arm);
+if (SETTLING) {
+  for (const [key, sc] of Object.entries(scenarios)) {
+    scenarios[`settle_${key}`] = arm(sc.tags.arm, sc.exec, sc.rate, true);
+  }
+}
+const SETTLE_ARMS = SETTLING ? ARMS.map((a) => `settle-${a}`) : [];
 
 export const options = {
   scenarios,
@@ -94,6 +110,7 @@ export const options = {
     [`http_reqs{arm:${UNHEDGED}}`]: ['count>0'],
     'http_reqs{arm:hedged}': ['count>0'],
     dropped_iterations: ['count==0'],
+    ...Object.fromEntries(SETTLE_ARMS.map((a) => [`http_req_failed{arm:${a}}`, ['rate==0']])),
   },
   discardResponseBodies: true,
   noConnectionReuse: false,
@@ -166,6 +183,23 @@ function trend(data, armName) {
   };
 }
 
+// settling is what the settling phase sent: requests per arm and the error
+// rate over all of them.
+function settling(data) {
+  const out = { duration: SETTLE, requests: {}, error_rate: 0 };
+  let failed = 0;
+  let total = 0;
+  for (const a of SETTLE_ARMS) {
+    const m = data.metrics[`http_req_failed{arm:${a}}`];
+    const n = m ? m.values.passes + m.values.fails : 0;
+    out.requests[a.replace(/^settle-/, '')] = n;
+    failed += m ? m.values.passes : 0;
+    total += n;
+  }
+  out.error_rate = total ? failed / total : 0;
+  return out;
+}
+
 function counter(data, name) {
   const m = data.metrics[name];
   return m ? m.values.count : 0;
@@ -179,11 +213,14 @@ export function handleSummary(data) {
   const dropped = counter(data, 'dropped_iterations');
   const posts = counter(data, 'posts_sent');
   const sideEffects = counter(data, 'backend_side_effects');
+  const settle = settling(data);
+  // The replicas' counters span the whole run, settling included.
+  const hedgedSent = hedgedArm.count + (settle.requests.hedged || 0);
   const summary = {
     arms: { [UNHEDGED]: unhedgedArm, hedged: hedgedArm },
     unhedged_arm: UNHEDGED,
     ratio: { p50: ratio('p50_ms'), p90: ratio('p90_ms'), p95: ratio('p95_ms'), p99: ratio('p99_ms'), p999: ratio('p999_ms') },
-    extra_load_pct: METRICS.length && hedgedArm.count ? (100 * extra) / hedgedArm.count : null,
+    extra_load_pct: METRICS.length && hedgedSent ? (100 * extra) / hedgedSent : null,
     budget_pct: BUDGET,
     extra_load_slack_pct: SLACK,
     backend_requests: counter(data, 'backend_requests'),
@@ -193,12 +230,14 @@ export function handleSummary(data) {
     dropped_iterations: dropped,
     rate_per_arm: RATE,
     duration: DURATION,
+    settle: SETTLING ? settle : null,
     scenario: __ENV.SCENARIO || '',
     max_p99_ratio: MAX_RATIO,
   };
   const reasons = [];
   if (dropped > 0) reasons.push(`invalid run: ${dropped} dropped iterations (open model could not keep the rate)`);
   if (unhedgedArm.error_rate > 0 || hedgedArm.error_rate > 0) reasons.push('requests failed');
+  if (settle.error_rate > 0) reasons.push(`requests failed while settling (${fmt(100 * settle.error_rate, 2)}%)`);
   if (summary.ratio.p99 === null || summary.ratio.p99 > MAX_RATIO) {
     reasons.push(`hedged p99 ${fmt(hedgedArm.p99_ms)} ms is not <= ${MAX_RATIO} x ${UNHEDGED} p99 ${fmt(unhedgedArm.p99_ms)} ms`);
   }
@@ -232,6 +271,7 @@ function table(s) {
   const out = rows.map((row) => row.map((c, i) => (i === 0 ? c.padEnd(8) : c.padStart(8))).join('')).join('\n');
   const verdict = s.verdict.pass ? 'PASS' : 'FAIL: ' + s.verdict.reasons.join('; ');
   const budget = s.budget_pct === null ? '' : ` (budget ${s.budget_pct}% + ${s.extra_load_slack_pct} point)`;
-  return `\nlatency (ms), ${s.rate_per_arm} rps per arm for ${s.duration}\n${out}\nextra load at the backends: ${
+  const after = s.settle ? ` after ${s.settle.duration} at the same rate` : '';
+  return `\nlatency (ms), ${s.rate_per_arm} rps per arm for ${s.duration}${after}\n${out}\nextra load at the backends: ${
     s.extra_load_pct === null ? 'not measured' : s.extra_load_pct.toFixed(2) + '%'}${budget}\n${verdict}\n`;
 }
