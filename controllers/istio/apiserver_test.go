@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -102,16 +104,30 @@ func TestGoldenFiltersPassServerSideDryRun(t *testing.T) {
 			t.Errorf("%s: not an Istio EnvoyFilter spec: %v", out, err)
 		}
 		// Istio keeps a patch value as a Struct and drops a misspelt field
-		// without a word: each value must be a route Envoy's proto knows.
+		// without a word: each value must be a message Envoy's proto knows,
+		// the one its applyTo names.
 		patches, _, _ := unstructured.NestedSlice(u.Object, "spec", "configPatches")
 		for i, cp := range patches {
 			value, _, _ := unstructured.NestedMap(cp.(map[string]any), "patch", "value")
+			applyTo, _, _ := unstructured.NestedString(cp.(map[string]any), "applyTo")
+			var m proto.Message
+			switch applyTo {
+			case "HTTP_ROUTE":
+				m = &routev3.Route{}
+			case "VIRTUAL_HOST":
+				m = &routev3.VirtualHost{}
+			case "HTTP_FILTER":
+				m = &hcmv3.HttpFilter{}
+			default:
+				t.Errorf("%s: patch %d applies to %q, which this test does not know", out, i, applyTo)
+				continue
+			}
 			b, err := json.Marshal(value)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := protojson.Unmarshal(b, &routev3.Route{}); err != nil {
-				t.Errorf("%s: patch %d is not an Envoy route: %v", out, i, err)
+			if err := protojson.Unmarshal(b, m); err != nil {
+				t.Errorf("%s: patch %d (%s) is not an Envoy %T: %v", out, i, applyTo, m, err)
 			}
 		}
 	}

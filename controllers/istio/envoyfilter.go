@@ -71,11 +71,12 @@ func Host(service, namespace string) string { return service + "." + namespace +
 var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Service: match.pathPrefix must be /")
 
 // EnvoyFilter renders a plan as the EnvoyFilter of its policy (namespace and
-// name from the plan, "ns/name"). Two patches on the Service's virtual host
-// (<svc>.<ns>.svc.cluster.local:<port>):
+// name from the plan, "ns/name"). Three patches on the Service's virtual host
+// (<svc>.<ns>.svc.cluster.local:<port>) and one on the listeners:
 //
 //   - MERGE on every routing route (action ROUTE): the hedged retry policy
-//     and the hedge policy, as the xDS translator sets them. MERGE keeps what
+//     and the hedge policy, as the xDS translator sets them, and the terms of
+//     the policy's hedge account as route metadata. MERGE keeps what
 //     istiod or the user's VirtualService put on the route (destinations,
 //     weights, rewrites, timeouts); it overrides the retry policy's scalar
 //     fields (retry_on, num_retries, per_try_timeout,
@@ -88,6 +89,15 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     it, Envoy 1.40 still sent a POST's second attempt, without its body), and
 //     istiod applies MERGE before INSERT, so the inserted route keeps no
 //     hedge.
+//   - MERGE on the virtual host: attempt counts on requests (backends count
+//     hedges) and on responses (the account gives back unsent hedges).
+//   - INSERT_BEFORE the router of every HTTP connection manager in the
+//     context (on the Service's port for sidecars): the hedge account,
+//     hedgebudget.lua, as a Lua filter named after the policy
+//     (xds.HedgeBudgetFilterFor). Envoy's retry budget does not bound hedges
+//     that are running; the account holds them to the budget over a sliding
+//     window, as on tailcut's own Envoy. It acts only on routes that carry
+//     its policy's metadata; other traffic passes untouched.
 //
 // A plan without a hedge (hedging off) merges num_retries 0, so turning
 // hedging off is a content change istiod pushes, not a removal.
@@ -116,10 +126,29 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 			}},
 		}
 	}
-	hedgedRoute, err := asMap(&routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}})
+	account := xds.HedgeBudgetFilterFor(p.Name)
+	merged := &routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}}
+	if p.Hedge != nil {
+		merged.Metadata = xds.HedgeAccount(p, account)
+	}
+	hedgedRoute, err := asMap(merged)
 	if err != nil {
 		return nil, err
 	}
+	filter, err := asMap(xds.HedgeBudgetHTTPFilter(account))
+	if err != nil {
+		return nil, err
+	}
+	listener := map[string]any{"filterChain": map[string]any{"filter": map[string]any{
+		"name":      "envoy.filters.network.http_connection_manager",
+		"subFilter": map[string]any{"name": "envoy.filters.http.router"},
+	}}}
+	if context != tailcutv1alpha1.IstioGateway {
+		// A gateway listens on its own ports, not the Service's.
+		listener["portNumber"] = int64(p.Port)
+	}
+	vhost := match("ANY")
+	delete(vhost["routeConfiguration"].(map[string]any)["vhost"].(map[string]any), "route")
 	unhedged, err := asMap(unhedgedRoute(p, host))
 	if err != nil {
 		return nil, err
@@ -135,6 +164,18 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 				"applyTo": "HTTP_ROUTE",
 				"match":   match("ANY"),
 				"patch":   map[string]any{"operation": "INSERT_FIRST", "value": unhedged},
+			},
+			map[string]any{
+				"applyTo": "VIRTUAL_HOST",
+				"match":   vhost,
+				"patch": map[string]any{"operation": "MERGE", "value": map[string]any{
+					"include_request_attempt_count": true, "include_attempt_count_in_response": true,
+				}},
+			},
+			map[string]any{
+				"applyTo": "HTTP_FILTER",
+				"match":   map[string]any{"context": patchContext, "listener": listener},
+				"patch":   map[string]any{"operation": "INSERT_BEFORE", "value": filter},
 			},
 		}},
 	}}

@@ -125,8 +125,8 @@ func TestMethodsNotHedgedGetTheirOwnRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	patches := filter.Object["spec"].(map[string]any)["configPatches"].([]any)
-	if len(patches) != 2 {
-		t.Fatalf("%d patches, want the MERGE and the INSERT_FIRST", len(patches))
+	if len(patches) != 4 {
+		t.Fatalf("%d patches, want the route MERGE, the INSERT_FIRST, the virtual host MERGE and the hedge account", len(patches))
 	}
 	insert := patches[1].(map[string]any)["patch"].(map[string]any)
 	b, err := yaml.Marshal(insert)

@@ -35,6 +35,15 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,6 +51,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
@@ -164,11 +174,15 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 // sidecarBootstrap makes Envoy a sidecar of namespace demo for istiod's RDS
 // only: upstream Envoy cannot load istiod's clusters (they carry the
 // Istio-only istio.metadata_exchange), so the Service's cluster is static,
-// named as istiod names it, with the two replicas as endpoints.
-func sidecarBootstrap(adminPort, listenPort, istiodGRPC int, routeConfig, cluster string, replicas ...int) string {
-	var eps strings.Builder
+// named as istiod names it, with the two replicas as endpoints. filters go
+// before the router, as JSON objects (HTTP filters istiod rendered).
+func sidecarBootstrap(adminPort, listenPort, istiodGRPC int, routeConfig, cluster string, filters []string, replicas ...int) string {
+	var eps, fs strings.Builder
 	for _, p := range replicas {
 		fmt.Fprintf(&eps, "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}\n", p)
+	}
+	for _, f := range filters {
+		fmt.Fprintf(&fs, "          - %s\n", f)
 	}
 	return fmt.Sprintf(`node:
   id: sidecar~127.0.0.10~client.demo~demo.svc.cluster.local
@@ -193,7 +207,7 @@ static_resources:
           stat_prefix: outbound
           rds: {route_config_name: %q, config_source: {ads: {}, resource_api_version: V3}}
           http_filters:
-          - name: envoy.filters.http.router
+%s          - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
   clusters:
   - name: istiod
@@ -214,7 +228,135 @@ static_resources:
       cluster_name: %q
       endpoints:
       - lb_endpoints:
-%s`, adminPort, listenPort, routeConfig, istiodGRPC, cluster, cluster, eps.String())
+%s`, adminPort, listenPort, routeConfig, fs.String(), istiodGRPC, cluster, cluster, eps.String())
+}
+
+// sendTo sends n requests to an Envoy listener with the Service's Host
+// header, from workers goroutines, and returns the median, the p99 and the
+// statuses (0 for a transport error).
+func sendTo(listenPort int, host string, port int, method string, n, workers int) (p50, p99 time.Duration, codes map[int]int) {
+	codes = map[int]int{}
+	var (
+		mu  sync.Mutex
+		lat []time.Duration
+		wg  sync.WaitGroup
+	)
+	next := make(chan int)
+	cl := &http.Client{Timeout: 5 * time.Second}
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/item/%d", listenPort, i), strings.NewReader("x"))
+				req.Host = fmt.Sprintf("%s:%d", host, port)
+				start := time.Now()
+				resp, err := cl.Do(req)
+				code := 0
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				if err == nil {
+					lat = append(lat, time.Since(start))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return 0, 0, codes
+	}
+	return lat[len(lat)/2], lat[len(lat)*99/100], codes
+}
+
+// measureAt sends n requests through an Envoy listener and returns their p99,
+// the attempts the replicas saw ("slow GET/2": a hedge at the slow replica)
+// and the executions by method.
+func measureAt(t *testing.T, label string, listenPort int, host string, port int, method string, n, workers int, slow, fast *replica) (time.Duration, map[string]int, map[string]int) {
+	t.Helper()
+	slow.reset()
+	fast.reset()
+	p50, p99, codes := sendTo(listenPort, host, port, method, n, workers)
+	time.Sleep(300 * time.Millisecond) // the slow replica's cancelled attempts end
+	sa, se := slow.counts()
+	fa, fe := fast.counts()
+	t.Logf("%s: %d %s: p50 %s, p99 %s, statuses %v; slow replica attempts %v executed %v; fast replica attempts %v executed %v",
+		label, n, method, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), codes, sa, se, fa, fe)
+	if codes[http.StatusOK] != n {
+		t.Errorf("%s: statuses %v for %d requests", label, codes, n)
+	}
+	exec := map[string]int{}
+	for m, v := range se {
+		exec[m] += v
+	}
+	for m, v := range fe {
+		exec[m] += v
+	}
+	att := map[string]int{}
+	for k, v := range sa {
+		att["slow "+k] = v
+	}
+	for k, v := range fa {
+		att["fast "+k] = v
+	}
+	return p99, att, exec
+}
+
+// listenerHTTPFilters asks istiod over ADS, as a sidecar of namespace demo
+// would, for its listeners, and returns the HTTP filters of the first HTTP
+// connection manager of the named one, with the names of all it got.
+func listenerHTTPFilters(grpcPort int, listener string) ([]*hcmv3.HttpFilter, []string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": "demo", "CLUSTER_ID": "Kubernetes", "ISTIO_VERSION": "1.31.0", "LABELS": map[string]any{"app": "lister"}})
+	if err != nil {
+		return nil, nil, err
+	}
+	node := &corev3.Node{Id: "sidecar~127.0.0.11~lister.demo~demo.svc.cluster.local", Cluster: "lister.demo", Metadata: md}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
+		return nil, nil, err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	var names []string
+	for _, r := range resp.GetResources() {
+		var l listenerv3.Listener
+		if err := r.UnmarshalTo(&l); err != nil {
+			return nil, names, err
+		}
+		names = append(names, l.GetName())
+		if l.GetName() != listener {
+			continue
+		}
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if f.GetName() == "envoy.filters.network.http_connection_manager" && f.GetTypedConfig().UnmarshalTo(&hcm) == nil {
+					return hcm.GetHttpFilters(), names, nil
+				}
+			}
+		}
+	}
+	return nil, names, nil
 }
 
 // TestIstiodMergesTheHedgeIntoEnvoy is #13's proof with real parts: a real
@@ -225,7 +367,8 @@ static_resources:
 // one 200 ms slow, one 5 ms. The publisher writes the policy's EnvoyFilter;
 // the route Envoy then holds carries the hedge, a GET that meets the slow
 // replica is answered by a hedge to the fast one, and a POST is executed
-// exactly once. A delay change reaches Envoy; removing the filter takes the
+// exactly once. istiod's listener carries the policy's hedge account, and an
+// Envoy running it hedges 5% of the requests when half are slow. A delay change reaches Envoy; removing the filter takes the
 // hedge away.
 func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	istiod, envoy := os.Getenv("ISTIOD_BIN"), os.Getenv("ENVOY_BIN")
@@ -301,7 +444,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	adminPort, listenPort := freePort(t), freePort(t)
 	boot := filepath.Join(dir, "envoy.yaml")
 	cluster := fmt.Sprintf("outbound|%d||%s", port, host)
-	if err := os.WriteFile(boot, []byte(sidecarBootstrap(adminPort, listenPort, grpcPort, strconv.Itoa(port), cluster, slow.port(), fast.port())), 0o600); err != nil {
+	if err := os.WriteFile(boot, []byte(sidecarBootstrap(adminPort, listenPort, grpcPort, strconv.Itoa(port), cluster, nil, slow.port(), fast.port())), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	run(t, dir, "envoy", nil, envoy, "-c", boot, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
@@ -341,57 +484,8 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	_, before := routes()
 	t.Logf("istiod's route before tailcut: %s", compact(before))
 
-	send := func(method string, n int) (p50, p99 time.Duration, codes map[int]int) {
-		codes = map[int]int{}
-		var lat []time.Duration
-		cl := &http.Client{Timeout: 5 * time.Second}
-		for i := range n {
-			req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/item/%d", listenPort, i), strings.NewReader("x"))
-			req.Host = fmt.Sprintf("%s:%d", host, port)
-			start := time.Now()
-			resp, err := cl.Do(req)
-			if err != nil {
-				codes[0]++
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			lat = append(lat, time.Since(start))
-			codes[resp.StatusCode]++
-		}
-		slices.Sort(lat)
-		if len(lat) == 0 {
-			return 0, 0, codes
-		}
-		return lat[len(lat)/2], lat[len(lat)*99/100], codes
-	}
 	measure := func(label, method string, n int) (time.Duration, map[string]int, map[string]int) {
-		slow.reset()
-		fast.reset()
-		p50, p99, codes := send(method, n)
-		time.Sleep(300 * time.Millisecond) // the slow replica's cancelled attempts end
-		sa, se := slow.counts()
-		fa, fe := fast.counts()
-		t.Logf("%s: %d %s: p50 %s, p99 %s, statuses %v; slow replica attempts %v executed %v; fast replica attempts %v executed %v",
-			label, n, method, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), codes, sa, se, fa, fe)
-		if codes[http.StatusOK] != n {
-			t.Errorf("%s: statuses %v for %d requests", label, codes, n)
-		}
-		exec := map[string]int{}
-		for m, v := range se {
-			exec[m] += v
-		}
-		for m, v := range fe {
-			exec[m] += v
-		}
-		att := map[string]int{}
-		for k, v := range sa {
-			att["slow "+k] = v
-		}
-		for k, v := range fa {
-			att["fast "+k] = v
-		}
-		return p99, att, exec
+		return measureAt(t, label, listenPort, host, port, method, n, 1, slow, fast)
 	}
 	baseP99, _, _ := measure("before tailcut", http.MethodGet, 100)
 
@@ -440,6 +534,55 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	_, att, exec := measure("POST through the hedged virtual host", http.MethodPost, 40)
 	if exec["POST"] != 40 || att["fast POST/2"]+att["slow POST/2"] != 0 {
 		t.Errorf("40 POSTs: %d executions, attempts %v; want each executed once and never hedged", exec["POST"], att)
+	}
+
+	// The hedge account. istiod puts the policy's Lua filter before the
+	// router of the Service's outbound listener. Upstream Envoy cannot take
+	// istiod's listeners (they carry Istio-only filters), so a second Envoy
+	// runs that filter, as istiod rendered it, before its router, with
+	// istiod's routes. Half the requests meet the slow replica: unbounded,
+	// half would be hedged (the first Envoy above); the account holds hedges
+	// to the budget, 5% of the requests.
+	account := xds.HedgeBudgetFilterFor(rp.Name)
+	var rendered *hcmv3.HttpFilter
+	listener := fmt.Sprintf("0.0.0.0_%d", port)
+	waitUntil(t, 30*time.Second, "the hedge account before the router in istiod's listener "+listener, func() (bool, string) {
+		filters, listeners, err := listenerHTTPFilters(grpcPort, listener)
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, f := range filters {
+			names = append(names, f.GetName())
+		}
+		i, r := slices.Index(names, account), slices.Index(names, "envoy.filters.http.router")
+		if i >= 0 {
+			rendered = filters[i]
+		}
+		return i >= 0 && i < r, fmt.Sprintf("HTTP filters %v; listeners %v", names, listeners)
+	})
+	filterJSON, err := protojson.Marshal(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminPort2, listenPort2 := freePort(t), freePort(t)
+	boot2 := filepath.Join(dir, "envoy-account.yaml")
+	if err := os.WriteFile(boot2, []byte(sidecarBootstrap(adminPort2, listenPort2, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, slow.port(), fast.port())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "envoy-account", nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
+	probes := 0
+	waitUntil(t, 30*time.Second, "the second Envoy to route the Service", func() (bool, string) {
+		probes++
+		_, _, codes := sendTo(listenPort2, host, port, http.MethodGet, 1, 1)
+		return codes[http.StatusOK] == 1, fmt.Sprint(codes)
+	})
+	const accountRequests = 400
+	_, att, _ = measureAt(t, "hedged, with the hedge account", listenPort2, host, port, http.MethodGet, accountRequests, 8, slow, fast)
+	hedges, most := att["fast GET/2"]+att["slow GET/2"], int(0.05*float64(accountRequests+probes))
+	t.Logf("hedge account: %d hedges for %d requests (%d probes), at most %d (5%%)", hedges, accountRequests, probes, most)
+	if hedges > most || hedges < most/2 {
+		t.Errorf("the hedge account sent %d hedges for %d requests, half of them slow; want the budget's share: %d..%d", hedges, accountRequests+probes, most/2, most)
 	}
 
 	rp.Hedge.Delay = 35 * time.Millisecond

@@ -36,19 +36,26 @@ const HedgeBudgetFilter = "tailcut.hedge_budget"
 //go:embed hedgebudget.lua
 var hedgeBudgetLua string
 
-func hedgeBudgetFilter() *hcmv3.HttpFilter {
+// HedgeBudgetHTTPFilter is the hedge account filter under name. tailcut's own
+// listener has one, HedgeBudgetFilter, for every policy; in a mesh each
+// policy's EnvoyFilter inserts its own (HedgeBudgetFilterFor), since
+// EnvoyFilters of different policies cannot share one filter.
+func HedgeBudgetHTTPFilter(name string) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{
-		Name: HedgeBudgetFilter,
+		Name: name,
 		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&luav3.Lua{
 			DefaultSourceCode: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: hedgeBudgetLua}},
 		})},
 	}
 }
 
-// hedgeAccount is the hedged route's metadata: its policy's account and the
-// account's terms.
-func hedgeAccount(p plan.RoutePlan) *corev3.Metadata {
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{HedgeBudgetFilter: {Fields: map[string]*structpb.Value{
+// HedgeBudgetFilterFor names a policy's own hedge account filter ("ns/name").
+func HedgeBudgetFilterFor(policy string) string { return HedgeBudgetFilter + "/" + policy }
+
+// HedgeAccount is the hedged route's metadata for the account filter named
+// filter: its policy's account and the account's terms.
+func HedgeAccount(p plan.RoutePlan, filter string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{filter: {Fields: map[string]*structpb.Value{
 		"account":    structpb.NewStringValue(p.Name),
 		"ratio":      structpb.NewNumberValue(p.Budget.HedgeRatio()),
 		"window":     structpb.NewNumberValue(plan.HedgeWindow.Seconds()),

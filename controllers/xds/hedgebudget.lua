@@ -37,7 +37,10 @@
 -- commitment whose answer never comes leaves with its second.
 --
 -- Lua state is per worker thread: each worker keeps its own accounts, and
--- each holds the ratio for its own requests. A route without complete
+-- each holds the ratio for its own requests. Route metadata is read under the
+-- filter's own name: tailcut's Envoy has one filter for every policy, and in
+-- an Istio mesh each policy's EnvoyFilter inserts a filter of its own, which
+-- acts only on its policy's routes. Dynamic metadata stays under FILTER. A route without complete
 -- metadata has no account (an upgrade can pair this script with an older
 -- operator's routes for a moment): its requests pass unchanged.
 

@@ -135,7 +135,7 @@ func newShared(opts TranslateOptions) (*shared, error) {
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{hedgeBudgetFilter(), {
+		HttpFilters: []*hcmv3.HttpFilter{HedgeBudgetHTTPFilter(HedgeBudgetFilter), {
 			Name:       wellknown.Router,
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
 		}},
@@ -200,7 +200,7 @@ func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 	hedgedRoute := route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
 		hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge))
 	if p.Hedge != nil {
-		hedgedRoute.Metadata = hedgeAccount(p)
+		hedgedRoute.Metadata = HedgeAccount(p, HedgeBudgetFilter)
 	}
 	routes := []*routev3.Route{
 		route(p.Name+"/bypass", prefix, []*routev3.HeaderMatcher{exactHeader(plan.BypassHeader, "1")}, bypass),
