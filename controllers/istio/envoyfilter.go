@@ -117,14 +117,14 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	if context == tailcutv1alpha1.IstioGateway {
 		patchContext = "GATEWAY"
 	}
+	// match selects the Service's virtual host, and its routes of one action
+	// unless action is empty.
 	match := func(action string) map[string]any {
-		return map[string]any{
-			"context": patchContext,
-			"routeConfiguration": map[string]any{"vhost": map[string]any{
-				"name":  host + ":" + strconv.Itoa(int(p.Port)),
-				"route": map[string]any{"action": action},
-			}},
+		vhost := map[string]any{"name": host + ":" + strconv.Itoa(int(p.Port))}
+		if action != "" {
+			vhost["route"] = map[string]any{"action": action}
 		}
+		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
 	account := xds.HedgeBudgetFilterFor(p.Name)
 	merged := &routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}}
@@ -147,8 +147,6 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		// A gateway listens on its own ports, not the Service's.
 		listener["portNumber"] = int64(p.Port)
 	}
-	vhost := match("ANY")
-	delete(vhost["routeConfiguration"].(map[string]any)["vhost"].(map[string]any), "route")
 	unhedged, err := asMap(unhedgedRoute(p, host))
 	if err != nil {
 		return nil, err
@@ -167,7 +165,7 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 			},
 			map[string]any{
 				"applyTo": "VIRTUAL_HOST",
-				"match":   vhost,
+				"match":   match(""),
 				"patch": map[string]any{"operation": "MERGE", "value": map[string]any{
 					"include_request_attempt_count": true, "include_attempt_count_in_response": true,
 				}},
