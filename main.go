@@ -73,6 +73,9 @@ func main() {
 		pprofAddr              string
 		leaderElect            bool
 		leaderElectionNS       string
+		leaseDuration          time.Duration
+		renewDeadline          time.Duration
+		retryPeriod            time.Duration
 		xdsAddr, promURL       string
 		listenerAddr           string
 		listenerPort           int
@@ -91,6 +94,9 @@ func main() {
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address that serves Go's pprof profiles (/debug/pprof/), for diagnosis. Empty disables it.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles and writes status.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	flag.DurationVar(&leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long the other replicas wait after the leader's last renewal before one takes the lease: the take-over time when the leader dies without stopping (a leader that stops hands the lease over at once).")
+	flag.DurationVar(&renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew the lease before it stops leading and exits. Below --leader-election-lease-duration.")
+	flag.DurationVar(&retryPeriod, "leader-election-retry-period", 2*time.Second, "How often the replicas try to take or renew the lease. Below --leader-election-renew-deadline / 1.2.")
 	flag.StringVar(&xdsAddr, "xds-address", xds.DefaultXDSAddress, "Address the xDS (ADS gRPC) server listens on. Empty disables the XDS publisher.")
 	flag.StringVar(&xdsTLS.CertFile, "xds-tls-cert", "", "The xDS server's certificate (PEM). With --xds-tls-key and --xds-tls-client-ca, xDS is served over mutual TLS: only proxies with a certificate the client CA signed can connect, and count in status.")
 	flag.StringVar(&xdsTLS.KeyFile, "xds-tls-key", "", "The key of --xds-tls-cert.")
@@ -116,6 +122,10 @@ func main() {
 	if replicaName == "" {
 		replicaName, _ = os.Hostname()
 	}
+	if err := checkLeaderElectionTimes(leaseDuration, renewDeadline, retryPeriod); err != nil {
+		log.Error(err, "invalid leader election flags")
+		os.Exit(1)
+	}
 	var cacheOpts cache.Options
 	if replicaNS != "" {
 		// Only the replicas' reports: the operator reads no other ConfigMap.
@@ -125,6 +135,7 @@ func main() {
 		}}
 	}
 
+	shutdownTimeout := 7 * time.Second
 	restConfig := ctrl.GetConfigOrDie()
 	restConfig.QPS, restConfig.Burst = float32(kubeQPS), kubeBurst
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -136,6 +147,17 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "tailcut.tailcut.io",
 		LeaderElectionNamespace: leaderElectionNS,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
+		// A replica that is stopped (deleted, evicted, rolled) gives the
+		// lease up, so the next leader takes over within a retry period
+		// instead of waiting out the lease. Safe because main returns as soon
+		// as the manager has stopped.
+		LeaderElectionReleaseOnCancel: true,
+		// Stop, and so give the lease up, before the kubelet's SIGKILL (the
+		// chart's terminationGracePeriodSeconds is 10).
+		GracefulShutdownTimeout: &shutdownTimeout,
 	})
 	if err != nil {
 		log.Error(err, "unable to create the manager")
@@ -267,6 +289,20 @@ func main() {
 		log.Error(err, "the manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// checkLeaderElectionTimes refuses the combinations client-go's leader
+// election would refuse only once the replica runs, with flag names.
+func checkLeaderElectionTimes(lease, renew, retry time.Duration) error {
+	switch {
+	case retry <= 0:
+		return fmt.Errorf("--leader-election-retry-period is %s, want above 0", retry)
+	case renew <= time.Duration(1.2*float64(retry)):
+		return fmt.Errorf("--leader-election-renew-deadline (%s) must be above 1.2 x --leader-election-retry-period (%s)", renew, retry)
+	case lease <= renew:
+		return fmt.Errorf("--leader-election-lease-duration (%s) must be above --leader-election-renew-deadline (%s)", lease, renew)
+	}
+	return nil
 }
 
 // podOwner is this replica's Pod as the owner of its proxy report, when the

@@ -31,6 +31,30 @@ import (
 // KillOperator kills the operator at once (SIGKILL), as a lost node would.
 func (s *Stack) KillOperator() error { return s.kill("tailcut") }
 
+// StopOperator stops the operator as the kubelet stops a deleted Pod: SIGTERM,
+// then SIGKILL after grace (the chart's terminationGracePeriodSeconds). It
+// returns how long the operator took to exit, and fails when it needed the
+// SIGKILL.
+func (s *Stack) StopOperator(grace time.Duration) (time.Duration, error) {
+	p := s.running("tailcut")
+	if p == nil {
+		return 0, fmt.Errorf("tailcut is not running")
+	}
+	defer s.forget(p)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	select {
+	case <-p.done:
+		return time.Since(start), nil
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return time.Since(start), fmt.Errorf("the operator was still running %s after SIGTERM, and was killed:\n%s", grace, p.tail())
+	}
+}
+
 // RestartOperator starts the operator again, with the same flags, and waits
 // until it is ready (it serves xDS only after its first full translation).
 func (s *Stack) RestartOperator(ctx context.Context) error {
