@@ -26,8 +26,8 @@
 //   WORKLOAD_METRICS comma-separated /metrics URLs of the replicas, to count the
 //                   extra attempts that reached them                    (optional)
 //   BUDGET_PCT      the policy's maxExtraLoadPercent: fail when the extra load
-//                   counted at the replicas is above it + EXTRA_LOAD_SLACK_PCT
-//                   (default 1 point); needs WORKLOAD_METRICS            (optional)
+//                   counted at the replicas is above it; needs WORKLOAD_METRICS
+//                   (optional)
 //   POST_RATE       POSTs per second on the hedged host (must never be duplicated) (default 0)
 //   SCENARIO        free text copied to the summary                     (optional)
 //   SUMMARY_PATH    where handleSummary writes the JSON summary         (default summary.json)
@@ -56,7 +56,6 @@ if (UNHEDGED !== 'bypass' && UNHEDGED !== 'direct') throw new Error(`UNHEDGED mu
 const DIRECT = (__ENV.DIRECT_URLS || '').split(',').filter((u) => u);
 if (UNHEDGED === 'direct' && DIRECT.length === 0) throw new Error('UNHEDGED=direct needs DIRECT_URLS');
 const BUDGET = __ENV.BUDGET_PCT ? parseFloat(__ENV.BUDGET_PCT) : null;
-const SLACK = parseFloat(__ENV.EXTRA_LOAD_SLACK_PCT || '1');
 const POST_RATE = parseInt(__ENV.POST_RATE || '0', 10);
 const METRICS = (__ENV.WORKLOAD_METRICS || '').split(',').filter((u) => u);
 // Enough VUs that the arrival rate never waits for a free VU: rate x worst latency.
@@ -222,7 +221,6 @@ export function handleSummary(data) {
     ratio: { p50: ratio('p50_ms'), p90: ratio('p90_ms'), p95: ratio('p95_ms'), p99: ratio('p99_ms'), p999: ratio('p999_ms') },
     extra_load_pct: METRICS.length && hedgedSent ? (100 * extra) / hedgedSent : null,
     budget_pct: BUDGET,
-    extra_load_slack_pct: SLACK,
     backend_requests: counter(data, 'backend_requests'),
     backend_extra_attempts: extra,
     posts_sent: posts,
@@ -243,8 +241,8 @@ export function handleSummary(data) {
   }
   if (BUDGET !== null) {
     if (summary.extra_load_pct === null) reasons.push('extra load not measured (BUDGET_PCT needs WORKLOAD_METRICS)');
-    else if (summary.extra_load_pct > BUDGET + SLACK) {
-      reasons.push(`extra load ${fmt(summary.extra_load_pct, 2)}% is above the ${BUDGET}% budget + ${SLACK} point`);
+    else if (summary.extra_load_pct > BUDGET) {
+      reasons.push(`extra load ${fmt(summary.extra_load_pct, 2)}% is above the ${BUDGET}% budget`);
     }
   }
   if (METRICS.length && posts > 0 && sideEffects > posts) reasons.push(`${sideEffects - posts} POSTs were duplicated`);
@@ -270,7 +268,7 @@ function table(s) {
   rows.push(['ratio', '', fmt(r.p50, 2), fmt(r.p90, 2), fmt(r.p95, 2), fmt(r.p99, 2), fmt(r.p999, 2), '']);
   const out = rows.map((row) => row.map((c, i) => (i === 0 ? c.padEnd(8) : c.padStart(8))).join('')).join('\n');
   const verdict = s.verdict.pass ? 'PASS' : 'FAIL: ' + s.verdict.reasons.join('; ');
-  const budget = s.budget_pct === null ? '' : ` (budget ${s.budget_pct}% + ${s.extra_load_slack_pct} point)`;
+  const budget = s.budget_pct === null ? '' : ` (budget ${s.budget_pct}%)`;
   const after = s.settle ? ` after ${s.settle.duration} at the same rate` : '';
   return `\nlatency (ms), ${s.rate_per_arm} rps per arm for ${s.duration}${after}\n${out}\nextra load at the backends: ${
     s.extra_load_pct === null ? 'not measured' : s.extra_load_pct.toFixed(2) + '%'}${budget}\n${verdict}\n`;

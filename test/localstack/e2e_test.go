@@ -173,6 +173,10 @@ func TestOrdinaryTraffic(t *testing.T) {
 	if d == nil || d.Duration.Seconds()*1000 < r.Unhedged().P50 || d.Duration > 40*time.Millisecond {
 		t.Errorf("delay %v, want above the fast mode (direct p50 %.1fms) and below 40ms", d, r.Unhedged().P50)
 	}
+	// status.hedgeRate is Prometheus's reading of one window (a binomial
+	// share of a few thousand requests, extrapolated by increase()), hence
+	// the point of slack; the count at the replicas is held to the budget
+	// itself in checkPromises.
 	if h := p.Status.HedgeRate; h == nil || h.Percent > float64(h.BudgetPercent)+1 {
 		t.Errorf("status hedge rate %+v, want at most the budget + 1 point", h)
 	}
@@ -225,8 +229,8 @@ func checkPromises(t *testing.T, r Report, maxP99Ratio float64) {
 	if hedged.P50-unhedged.P50 > 3 {
 		t.Errorf("hedging added %.1fms at p50 (more than 3ms)", hedged.P50-unhedged.P50)
 	}
-	if budget := float64(r.BudgetPct); r.ExtraLoadPct > budget+1 || r.ExtraLoadPct < 0 {
-		t.Errorf("extra load %.2f%%, want in [0, budget %v%% + 1 point]", r.ExtraLoadPct, budget)
+	if budget := float64(r.BudgetPct); r.ExtraLoadPct > budget || r.ExtraLoadPct < 0 {
+		t.Errorf("extra load %.2f%%, want in [0, budget %v%%]", r.ExtraLoadPct, budget)
 	}
 	if unhedged.ErrorRate != 0 || hedged.ErrorRate != 0 {
 		t.Errorf("errors: %s %v hedged %v", r.UnhedgedArm, unhedged.ErrorRate, hedged.ErrorRate)

@@ -137,7 +137,7 @@ func (r Report) PrintTable(w io.Writer) {
 	if r.Settle != nil {
 		fmt.Fprintf(w, "settling: %.0f hedged and %.0f %s requests, error rate %.4f\n", r.Settle.Requests["hedged"], r.Settle.Requests[r.UnhedgedArm], r.UnhedgedArm, r.Settle.ErrorRate)
 	}
-	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%, at most %d%% + 1 point to pass)\n", r.ExtraLoadPct, r.BudgetPct, r.BudgetPct)
+	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%)\n", r.ExtraLoadPct, r.BudgetPct)
 	fmt.Fprintf(w, "errors: %s %.4f, hedged %.4f; dropped iterations: %.0f; POSTs: %.0f sent, %.0f executed\n",
 		r.UnhedgedArm, r.Unhedged().ErrorRate, r.Arms["hedged"].ErrorRate, r.DroppedIterations, r.PostsSent, r.PostSideEffects)
 	if r.Pass {

@@ -197,7 +197,7 @@ type K6Options struct {
 	// same Envoy, the default) or "direct" (straight to the replicas).
 	Unhedged string
 	// BudgetPct, when set, fails the verdict when the extra load counted at
-	// the replicas is above it + 1 point.
+	// the replicas is above it.
 	BudgetPct int32
 }
 
