@@ -151,8 +151,8 @@ func main() {
 		RenewDeadline:           &renewDeadline,
 		RetryPeriod:             &retryPeriod,
 		// A replica that is stopped (deleted, evicted, rolled) gives the
-		// lease up, so the next leader takes over within a retry period
-		// instead of waiting out the lease. Safe because main returns as soon
+		// lease up, so the next leader takes over at its next try (a
+		// retry period, jittered) instead of waiting out the lease. Safe because main returns as soon
 		// as the manager has stopped.
 		LeaderElectionReleaseOnCancel: true,
 		// Stop, and so give the lease up, before the kubelet's SIGKILL (the
