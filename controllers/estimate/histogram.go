@@ -164,6 +164,27 @@ func (c *cdf) shortest(allowed float64, edge bucketEdge) (d, tail float64, ok bo
 	return 0, 0, false
 }
 
+// fastest is a latency that almost no request beat: the lower bound of the
+// bucket in which fastestShare of the requests is reached. A hedge sent at
+// delay c answers no sooner than c + fastest, so a histogram of hedged
+// latencies is exact below that, not only below c: past it, hedges' answers
+// hide how slow their requests were.
+func (c *cdf) fastest() float64 {
+	n := c.total()
+	for i := range c.bounds {
+		if c.cum[i] >= fastestShare*n {
+			if i == 0 || math.IsInf(c.bounds[i], 1) {
+				return 0
+			}
+			return c.bounds[i-1]
+		}
+	}
+	return 0
+}
+
+// fastestShare is the share of requests fastest lets be faster than it.
+const fastestShare = 0.001
+
 // beyond is the share of requests the histogram proves slower than c
 // seconds: those outside the first bucket whose edge is at or past c (a
 // bucket le=b holds the requests faster than edge(b)). With hedging at delay

@@ -528,6 +528,35 @@ func TestBudgetGuard(t *testing.T) {
 			t.Errorf("floor %+v, want 17ms at 7.16%%", fl)
 		}
 	})
+	t.Run("over the budget among the hedges' answers: by the deadband", func(t *testing.T) {
+		// What the local e2e read at 18.7ms (and went to 37.4ms on, its late
+		// hedges then at 56ms: hedged p99 73.6 against 116.2ms): 93.5% fast
+		// N(15, 1), 0.5% stragglers N(24, 1), and 6% slow requests answered
+		// by their hedges, N(34, 1). By hand, with bucket le=b holding
+		// round(5000 F(b+1ms)): le=10 holds 0 and le=12 106 (2.1%), so the
+		// fastest answer is 10ms and the hedges' answers begin at 28.7ms;
+		// le=28 holds 4700, so 6.0% took longer, within twice the budget.
+		// The quantile reads le=33's 34ms (3.0% slower; le=30 leaves 6.0%,
+		// over the 5.88% allowed), among the hedges' answers. At 18.7ms
+		// (le=18, 4675) 6.5% ran past the delay: over the budget by the
+		// histogram, the counters (4.9%) within it. Up by the deadband,
+		// 18.7ms + 10% = 20.6ms, not to 34ms + 10% = 37.4ms.
+		f := newFakeProm(t)
+		f.world(5000, func(ms float64) float64 {
+			return 0.935*normalCDF(ms, 15, 1) + 0.005*normalCDF(ms, 24, 1) + 0.06*normalCDF(ms, 34, 1)
+		})
+		f.hedging(10000, 490)
+		res := estimate(t, f, testPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 20600*time.Microsecond {
+			t.Errorf("got %s (%s), want 20.6ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
+		}
+		if fl := res.Floor; fl == nil || fl.Delay.Duration != fastTarget || fl.Percent != 6.5 {
+			t.Errorf("floor %+v, want 18.7ms at 6.5%%", fl)
+		}
+		if !strings.Contains(res.Reason, "6.00% of requests took longer than 28.7ms, where the hedges' answers begin") {
+			t.Errorf("reason %q does not say why the delay did not go to the lower bound", res.Reason)
+		}
+	})
 	t.Run("within the budget by the histogram", func(t *testing.T) {
 		// At 18.7ms the histogram proves 5.003% slower (past 19ms): within
 		// the noise of 5.25%. The quantile reads 19ms, within the deadband:
