@@ -53,9 +53,9 @@ import (
 // among the hedges' answers (past the delay plus the fastest answer) while
 // at most rationedFactor x the budget's share is that slow is no reason to
 // rise further: those requests are slow at any delay up to there, the
-// account rations their hedges, and a higher delay only answers them later. The delay in force
-// then becomes the budget floor, which holds for one window: no target at or
-// below it is programmed. At max, hedging pauses.
+// account rations their hedges, and a higher delay only answers them later.
+// The delay in force then becomes the budget floor, which holds for one
+// window: no target at or below it is programmed. At max, hedging pauses.
 //
 // Hedging hurts: when slowness is shared (saturation), hedges add load exactly
 // when there is none to spare, and the latency rises with the hedge rate.

@@ -42,17 +42,10 @@ func (s *Stack) StopOperator(grace time.Duration) (time.Duration, error) {
 	}
 	defer s.forget(p)
 	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return 0, err
-	}
-	select {
-	case <-p.done:
-		return time.Since(start), nil
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if p.stop(grace) {
 		return time.Since(start), fmt.Errorf("the operator was still running %s after SIGTERM, and was killed:\n%s", grace, p.tail())
 	}
+	return time.Since(start), nil
 }
 
 // RestartOperator starts the operator again, with the same flags, and waits

@@ -73,17 +73,19 @@ func (p *proc) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
+// stop sends SIGTERM, then SIGKILL after grace; killed says whether it came to that.
+func (p *proc) stop(grace time.Duration) (killed bool) {
 	if done, _ := p.exited(); done {
-		return
+		return false
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
+		return false
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		return true
 	}
 }
 
