@@ -94,13 +94,13 @@ fuzz: ## Search with the fuzz targets, FUZZTIME each (go test runs their seeds i
 ##@ Demo
 
 DURATION ?= 60s
-SCENARIO ?= bimodal
+SCENARIO ?= bimodal4
 RATE ?= 150
 SCALE_POLICIES ?= 1000
 SCALE_NAMESPACES ?= 100
 
 .PHONY: demo
-demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal RATE=150).
+demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal4 RATE=150).
 	@$(TOOL_ENV); $(GO) run ./test/localstack/demo -duration=$(DURATION) -scenario=$(SCENARIO) -rate=$(RATE)
 
 .PHONY: install-tools

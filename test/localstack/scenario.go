@@ -47,8 +47,10 @@ type Phase struct {
 // ReplicaConfig is replica i's WORKLOAD_CONFIG.
 func (s Scenario) ReplicaConfig(i int) map[string]any { return s.config(i) }
 
-func bimodal(baseMS int) map[string]any {
-	return map[string]any{"model": "bimodal", "base": fmt.Sprintf("%dms", baseMS), "slowProbability": 0.05, "slowExtra": "100ms"}
+// bimodal is the bimodal model: baseMS, and slow (a share) of requests 100ms
+// slower.
+func bimodal(baseMS int, slow float64) map[string]any {
+	return map[string]any{"model": "bimodal", "base": fmt.Sprintf("%dms", baseMS), "slowProbability": slow, "slowExtra": "100ms"}
 }
 
 func same(cfg map[string]any) func(int) map[string]any {
@@ -56,11 +58,22 @@ func same(cfg map[string]any) func(int) map[string]any {
 }
 
 // Scenarios are the standard runs of make demo and make bench-tail.
+//
+// bimodal4 is the demo's and the e2e tests' default: its slow share sits a
+// point under the 5% budget, as the Helm chart's demo does. At bimodal's 5%
+// the budget binds: with u of requests hedged (at most the budget) and a
+// slow share s over the run, s - u + u*s of requests stay slow (unhedged,
+// or hedged onto another slow attempt), and the p99 is cut only while that
+// is under 1%, i.e. s < 5.5% at u = 4.75%. Over 10k requests s varies by
+// 0.22 points (binomial), and one CI run drew 5.44% (4.72% hedged, 1.01% at
+// 116ms). A test on that edge fails by chance; bimodal stays a benchmark.
 var Scenarios = map[string]Scenario{
-	"bimodal": {Name: "bimodal", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower",
-		config: same(map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.05, "slowExtra": "100ms"})},
+	"bimodal4": {Name: "bimodal4", HedgingHelps: true, Description: "15ms, 4% of requests 100ms slower",
+		config: same(bimodal(15, 0.04))},
+	"bimodal": {Name: "bimodal", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower (the p95 on the step; the slow share equals the budget)",
+		config: same(bimodal(15, 0.05))},
 	"bimodal3": {Name: "bimodal3", HedgingHelps: true, Description: "15ms, 3% of requests 100ms slower",
-		config: same(map[string]any{"model": "bimodal", "base": "15ms", "slowProbability": 0.03, "slowExtra": "100ms"})},
+		config: same(bimodal(15, 0.03))},
 	"lognormal": {Name: "lognormal", HedgingHelps: true, Description: "lognormal, median 20ms, sigma 0.5",
 		config: same(map[string]any{"model": "lognormal", "median": "20ms", "sigma": 0.5})},
 	"stall": {Name: "stall", HedgingHelps: true, Description: "each replica pauses 150ms every 5s",
@@ -70,7 +83,7 @@ var Scenarios = map[string]Scenario{
 			return map[string]any{"model": "badhost", "base": "15ms", "slowExtra": "100ms", "badHost": i == 0}
 		}},
 	"shift": {Name: "shift", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower; the fast mode moves to 40ms for the middle third of each run",
-		config: same(bimodal(15)), Phases: []Phase{{At: 1.0 / 3, Config: bimodal(40)}, {At: 2.0 / 3, Config: bimodal(15)}}},
+		config: same(bimodal(15, 0.05)), Phases: []Phase{{At: 1.0 / 3, Config: bimodal(40, 0.05)}, {At: 2.0 / 3, Config: bimodal(15, 0.05)}}},
 	"saturation": {Name: "saturation", HedgingHelps: false, Description: "each replica serves 2 requests at once, 15ms each; the rest queue",
 		config: same(map[string]any{"model": "saturation", "base": "15ms", "concurrency": 2})},
 }

@@ -115,7 +115,7 @@ func TestSoak(t *testing.T) {
 	for next := start.Add(5 * time.Minute); time.Since(start) < length; time.Sleep(30 * time.Second) {
 		if time.Now().After(next) {
 			fast = 40 - fast // 15 <-> 25 ms
-			if err := s.Shift(ctx, bimodal(fast)); err != nil {
+			if err := s.Shift(ctx, bimodal(fast, 0.05)); err != nil {
 				t.Fatal(err)
 			}
 			next = next.Add(5 * time.Minute)
