@@ -188,12 +188,12 @@ func TestOrdinaryTraffic(t *testing.T) {
 	go s.warmup(shiftCtx, 150)
 	during := s.recordDelays(ctx, time.Second)
 	shifted := time.Now()
-	if err := s.Shift(ctx, bimodal(40, 0.04)); err != nil {
+	if err := s.Shift(ctx, bimodal(40, demoSlowShare)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * interval)
 	unshifted := time.Now()
-	if err := s.Shift(ctx, bimodal(15, 0.04)); err != nil {
+	if err := s.Shift(ctx, bimodal(15, demoSlowShare)); err != nil {
 		t.Fatal(err)
 	}
 	window := policy.Spec.Delay.Auto.Window.Duration

@@ -57,6 +57,9 @@ func same(cfg map[string]any) func(int) map[string]any {
 	return func(int) map[string]any { return cfg }
 }
 
+// demoSlowShare is bimodal4's share of slow requests.
+const demoSlowShare = 0.04
+
 // Scenarios are the standard runs of make demo and make bench-tail.
 //
 // bimodal4 is the demo's and the e2e tests' default: its slow share sits a
@@ -69,7 +72,7 @@ func same(cfg map[string]any) func(int) map[string]any {
 // 116ms). A test on that edge fails by chance; bimodal stays a benchmark.
 var Scenarios = map[string]Scenario{
 	"bimodal4": {Name: "bimodal4", HedgingHelps: true, Description: "15ms, 4% of requests 100ms slower",
-		config: same(bimodal(15, 0.04))},
+		config: same(bimodal(15, demoSlowShare))},
 	"bimodal": {Name: "bimodal", HedgingHelps: true, Description: "15ms, 5% of requests 100ms slower (the p95 on the step; the slow share equals the budget)",
 		config: same(bimodal(15, 0.05))},
 	"bimodal3": {Name: "bimodal3", HedgingHelps: true, Description: "15ms, 3% of requests 100ms slower",
@@ -88,15 +91,20 @@ var Scenarios = map[string]Scenario{
 		config: same(map[string]any{"model": "saturation", "base": "15ms", "concurrency": 2})},
 }
 
-// LookupScenario returns the named scenario or an error listing the known ones.
-func LookupScenario(name string) (Scenario, error) {
-	if s, ok := Scenarios[name]; ok {
-		return s, nil
-	}
+// ScenarioNames lists the scenarios by name, sorted.
+func ScenarioNames() []string {
 	names := make([]string, 0, len(Scenarios))
 	for n := range Scenarios {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return Scenario{}, fmt.Errorf("unknown scenario %q; choose one of %v", name, names)
+	return names
+}
+
+// LookupScenario returns the named scenario or an error listing the known ones.
+func LookupScenario(name string) (Scenario, error) {
+	if s, ok := Scenarios[name]; ok {
+		return s, nil
+	}
+	return Scenario{}, fmt.Errorf("unknown scenario %q; choose one of %v", name, ScenarioNames())
 }

@@ -49,7 +49,7 @@ func run() error {
 	ports := localstack.DefaultPorts()
 	var (
 		duration       = flag.String("duration", "60s", "length of the measured k6 run")
-		scenario       = flag.String("scenario", "bimodal4", "workload model: bimodal4, bimodal, bimodal3, lognormal, stall, badhost, shift or saturation")
+		scenario       = flag.String("scenario", "bimodal4", "workload model, one of "+strings.Join(localstack.ScenarioNames(), ", "))
 		rate           = flag.Int("rate", 150, "requests per second per arm")
 		out            = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "_output", "demo"), "directory for logs and the report")
 		ratio          = flag.Float64("max-p99-ratio", 0, "pass when hedged p99 <= this x bypass p99 (default 0.5, or 1.1 where hedging cannot win)")
