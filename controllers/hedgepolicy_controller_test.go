@@ -724,6 +724,7 @@ func TestEndpointChangesGoAheadOfEvaluations(t *testing.T) {
 	// The workers finish the evaluations they hold, then take the change.
 	if at < 0 || at > reconcileWorkers+2 {
 		t.Errorf("the endpoint change was publish %d of %d after the gate opened; want it right after the evaluations already under way (at most publish %d)", at+1, len(order), reconcileWorkers+3)
+		t.Logf("publishes after the gate opened: %v", order)
 	} else {
 		t.Logf("the endpoint change was publish %d, ahead of %d queued evaluations", at+1, policies-at-1)
 	}
