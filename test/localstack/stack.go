@@ -17,7 +17,8 @@ limitations under the License.
 // Package localstack runs tailcut's whole data path on one machine: a real etcd and
 // kube-apiserver (envtest), the operator binary, three workload replicas behind a
 // Service, a real Envoy bootstrapped from the operator, a real Prometheus scraping
-// all of them, and k6. `make demo` and `make test-e2e` drive it.
+// all of them, and measures with tailcut verify's A/B. `make demo` and `make test-e2e`
+// drive it.
 package localstack
 
 import (
@@ -86,7 +87,7 @@ type Stack struct {
 
 // ToolEnv names the environment variables that carry the pinned tools' paths; the
 // Makefile sets them from hack/tools.sh.
-var ToolEnv = []string{"KUBEBUILDER_ASSETS", "ENVOY_BIN", "PROMETHEUS_BIN", "K6_BIN"}
+var ToolEnv = []string{"KUBEBUILDER_ASSETS", "ENVOY_BIN", "PROMETHEUS_BIN"}
 
 // Start brings the stack up. On error everything already started is stopped.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
@@ -174,7 +175,7 @@ func (s *Stack) buildBinaries(ctx context.Context) error {
 		}
 		s.bins[name] = out
 	}
-	s.bins["envoy"], s.bins["prometheus"], s.bins["k6"] = os.Getenv("ENVOY_BIN"), os.Getenv("PROMETHEUS_BIN"), os.Getenv("K6_BIN")
+	s.bins["envoy"], s.bins["prometheus"] = os.Getenv("ENVOY_BIN"), os.Getenv("PROMETHEUS_BIN")
 	return nil
 }
 
