@@ -50,17 +50,21 @@ lint: vet ## Run go vet, the gofmt check and golangci-lint (pinned; fails when i
 verify: ## Fail when generated files (CRD, RBAC, deepcopy) or go.mod are stale.
 	hack/verify.sh
 
+.PHONY: licenses
+licenses: ## List the licences of the linked Go modules and the pinned tools; fail on AGPL or an unknown licence.
+	hack/licenses.sh
+
 ##@ Test
 
 # Every test and the demo run the real binaries: kube-apiserver and etcd
-# (KUBEBUILDER_ASSETS), Envoy, Prometheus, k6, helm, kustomize, promtool and istiod, all
+# (KUBEBUILDER_ASSETS), Envoy, Prometheus, helm, kustomize, promtool and istiod, all
 # pinned in hack/tools.sh and installed before any test starts.
 # Plain assignments, so that a tool that fails to install stops make (errexit).
 TOOL_ENV = assets=$$($(TOOLS) env); eval "$$assets"; \
-	ENVOY_BIN=$$($(TOOLS) envoy); PROMETHEUS_BIN=$$($(TOOLS) prometheus); K6_BIN=$$($(TOOLS) k6); \
+	ENVOY_BIN=$$($(TOOLS) envoy); PROMETHEUS_BIN=$$($(TOOLS) prometheus); \
 	HELM_BIN=$$($(TOOLS) helm); KUSTOMIZE_BIN=$$($(TOOLS) kustomize); PROMTOOL_BIN=$$($(TOOLS) promtool); \
 	ISTIOD_BIN=$$($(TOOLS) istiod); \
-	export ENVOY_BIN PROMETHEUS_BIN K6_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN ISTIOD_BIN
+	export ENVOY_BIN PROMETHEUS_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN ISTIOD_BIN
 
 .PHONY: test
 test: test-unit test-e2e ## Run every test: unit, real API server, real Envoy and Prometheus, and the local-stack e2e.
@@ -70,7 +74,7 @@ test-unit: ## Unit tests plus the CEL, reconciler, xDS-with-Envoy and estimator-
 	@$(TOOL_ENV); $(GO) test ./... -count=1 -timeout 25m
 
 .PHONY: test-e2e
-test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, the k6 A/B through Envoy, saturation.
+test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, the A/B (tailcut verify) through Envoy, saturation.
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff' -count=1 -timeout 30m -v
 
 .PHONY: test-chaos
@@ -169,11 +173,10 @@ undeploy: ## Remove what make deploy created (and the CRD, with every HedgePolic
 	$$($(TOOLS) kustomize) build config/default | $$($(TOOLS) kubectl) delete --ignore-not-found -f -
 
 .PHONY: chart-crds
-chart-crds: ## Copy the generated CRDs and RBAC rules, and the k6 script, into charts/tailcut (test/chart fails on drift).
+chart-crds: ## Copy the generated CRDs and RBAC rules into charts/tailcut (test/chart fails on drift).
 	rm -f charts/tailcut/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/tailcut/crds/
 	cp config/rbac/role.yaml charts/tailcut/files/manager-role.yaml
-	cp test/k6/hedge-ab.js charts/tailcut/files/hedge-ab.js
 
 .PHONY: helm-lint
 helm-lint: ## helm lint the chart with its default values and with the demo on.
@@ -190,7 +193,7 @@ kind-images: ## Get every kind e2e image ready: pulled online, built from Debian
 	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) hack/kind-e2e.sh images
 
 .PHONY: kind-e2e
-kind-e2e: ## Real kind cluster: images (online or offline), prometheus-operator, helm install with the demo, k6 A/B verdict, targets, dashboards.
+kind-e2e: ## Real kind cluster: images (online or offline), prometheus-operator, helm install with the demo, helm test (tailcut verify), targets, dashboards.
 	KIND_CLUSTER=$(KIND_CLUSTER) IMG=$(IMG) WORKLOAD_IMG=$(WORKLOAD_IMG) hack/kind-e2e.sh
 
 .PHONY: kind-clean

@@ -16,7 +16,8 @@ limitations under the License.
 
 // Command tailcut runs the tailcut operator: the HedgePolicy controller, the
 // Prometheus delay estimator and the xDS server that serves hedge settings to
-// Envoy. `tailcut bootstrap` prints an Envoy bootstrap that points at it.
+// Envoy. `tailcut bootstrap` prints an Envoy bootstrap that points at it;
+// `tailcut verify` runs an A/B on a Service and judges it (controllers/verify).
 package main
 
 import (
@@ -50,6 +51,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
+	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/controllers/xds"
 )
 
@@ -61,6 +63,9 @@ func init() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "verify" {
+		os.Exit(verify.Command(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "bootstrap" {
 		if err := xds.BootstrapCommand(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "tailcut bootstrap:", err)

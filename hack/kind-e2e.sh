@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hack/kind-e2e.sh — tailcut end to end in a real kind cluster, the way users
 # meet it: helm install, a HedgePolicy, Prometheus through prometheus-operator,
-# and a k6 A/B run that must show a shorter tail.
+# and the Helm test (tailcut verify) that must show a shorter tail.
 #
 #   hack/kind-e2e.sh [run]    images, cluster, monitoring, tailcut, test/e2e
 #   hack/kind-e2e.sh images   only get the images ready (pull or build)
@@ -9,12 +9,12 @@
 #
 # Images come from one of two places; everything else is one code path:
 #   online   docker pull of the public images (kindest/node, prometheus-operator,
-#            Prometheus, Envoy, k6) and `docker build` of tailcut's Dockerfile;
+#            Prometheus, Envoy) and `docker build` of tailcut's Dockerfile;
 #   offline  hack/kind-offline/ builds the same image names from Debian
 #            packages, the Go module proxy and PyPI: the kind node (Kubernetes
 #            v1.36.3 with its component images), the Dockerfile's base images
 #            (stand-ins, for offline builds only), Envoy, Prometheus,
-#            prometheus-operator and k6. Cached by version + script hash.
+#            and prometheus-operator. Cached by version + script hash.
 # KIND_E2E_IMAGES=auto (default) picks online when a public registry answers a
 # pull within 20 s, else offline.
 #
@@ -24,7 +24,7 @@
 # (test/e2e/manifests/prometheus.yaml) that selects every ServiceMonitor, helm
 # install the chart with the demo, and run test/e2e (build tag e2e): wait for
 # the workload, the proxy and the HedgePolicy (Ready, delay from Prometheus,
-# Programmed with Envoy's ACK), run the k6 A/B Job (helm test), print the A/B
+# Programmed with Envoy's ACK), run the Helm test (tailcut verify), print the A/B
 # table, fail when hedged p99 > 0.5 x bypass p99 or on errors or dropped
 # iterations, and check that every ServiceMonitor's targets are up and every
 # dashboard query returns data. The cluster is kept for a look afterwards;
@@ -57,7 +57,7 @@ NODE=$KIND_CLUSTER-control-plane
 # The images the cluster runs besides the node's own, by the names the
 # manifests use in both modes.
 app_images() {
-	echo "$IMG" "$WORKLOAD_IMG" "$ENVOY_IMAGE" "$K6_IMAGE" "$PROMETHEUS_IMAGE" \
+	echo "$IMG" "$WORKLOAD_IMG" "$ENVOY_IMAGE" "$PROMETHEUS_IMAGE" \
 		"$PROMETHEUS_OPERATOR_IMAGE" "$PROMETHEUS_CONFIG_RELOADER_IMAGE"
 }
 
@@ -106,7 +106,7 @@ images() {
 	if [[ $MODE == online ]]; then
 		NODE_IMAGE=${KIND_NODE_IMAGE:-$KIND_NODE_IMAGE_ONLINE}
 		local img
-		for img in "$NODE_IMAGE" "$ENVOY_IMAGE" "$K6_IMAGE" "$PROMETHEUS_IMAGE" \
+		for img in "$NODE_IMAGE" "$ENVOY_IMAGE" "$PROMETHEUS_IMAGE" \
 			"$PROMETHEUS_OPERATOR_IMAGE" "$PROMETHEUS_CONFIG_RELOADER_IMAGE"; do
 			docker image inspect "$img" >/dev/null 2>&1 || docker pull -q "$img" >&2 || ko_die "cannot pull $img"
 		done
@@ -193,12 +193,11 @@ install_monitoring() {
 }
 
 install_tailcut() {
-	local t0 repo tag wrepo wtag erepo etag krepo ktag
+	local t0 repo tag wrepo wtag erepo etag
 	t0=$(ko_now)
 	split_image "$IMG" && repo=$REPO tag=$TAG
 	split_image "$WORKLOAD_IMG" && wrepo=$REPO wtag=$TAG
 	split_image "$ENVOY_IMAGE" && erepo=$REPO etag=$TAG
-	split_image "$K6_IMAGE" && krepo=$REPO ktag=$TAG
 	ko_log "installing tailcut ($IMG) with the demo into $NAMESPACE"
 	# The namespace enforces Pod Security "restricted": every tailcut pod must
 	# pass it in a real cluster too.
@@ -212,7 +211,7 @@ install_tailcut() {
 		--set proxy.image.repository="$erepo" --set proxy.image.tag="$etag" \
 		--set demo.enabled=true \
 		--set demo.workload.image.repository="$wrepo" --set demo.workload.image.tag="$wtag" \
-		--set demo.k6.image.repository="$krepo" --set demo.k6.image.tag="$ktag" \
+		--set verify.postRate=10 \
 		--set demo.warmup.duration=15m --set demo.warmup.rate=150 \
 		--set operator.prometheusURL="http://prometheus-operated.$MONITORING_NS.svc:9090" \
 		--set monitoring.interval=5s >&2
@@ -249,7 +248,7 @@ run() {
 	install_monitoring
 	install_tailcut
 
-	ko_log "running test/e2e (policy, k6 A/B Job, ServiceMonitor targets, dashboard queries)"
+	ko_log "running test/e2e (policy, helm test with tailcut verify, ServiceMonitor targets, dashboard queries)"
 	local t1
 	t1=$(ko_now)
 	if ! E2E_NAMESPACE=$NAMESPACE E2E_RELEASE=$RELEASE E2E_MONITORING_NAMESPACE=$MONITORING_NS \

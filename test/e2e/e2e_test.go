@@ -20,14 +20,13 @@ limitations under the License.
 // creates a kind cluster, installs prometheus-operator, a Prometheus and the
 // chart with its demo, and runs these tests (go test -tags e2e ./test/e2e).
 // They wait for the demo HedgePolicy to be Ready with a delay derived from
-// Prometheus and programmed into Envoy, run the k6 A/B Job (helm test), print
+// Prometheus and programmed into Envoy, run the Helm test (tailcut verify), print
 // the same A/B table as `make demo`, fail when the tail did not get shorter,
 // check that Prometheus scrapes every ServiceMonitor of the chart, and run
 // every dashboard query against Prometheus.
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,6 +51,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/test/dashboards"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/localstack"
@@ -109,57 +109,58 @@ func TestKind(t *testing.T) {
 		t.FailNow()
 	}
 
-	t.Run("k6 A/B: the hedged tail is shorter", func(t *testing.T) {
+	t.Run("helm test (tailcut verify): the hedged tail is shorter", func(t *testing.T) {
 		// The warm-up Job's traffic would count at the backends: stop it. The
 		// delay stays (the policy's staleAfter covers the gap).
 		warmup := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.release + "-warmup"}}
 		if err := c.Delete(ctx, warmup, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 			t.Fatalf("deleting the warm-up Job: %v", err)
 		}
+		started := time.Now()
 		stopWatch := watchDelay(ctx, t, c, client.ObjectKeyFromObject(policy))
 		out, helmErr := exec.CommandContext(ctx, s.helm, "test", s.release, "-n", s.namespace, "--timeout", "15m").CombinedOutput()
 		changes := stopWatch()
 		t.Logf("helm test:\n%s", out)
 		t.Logf("delay during the A/B: %s", strings.Join(changes, ", "))
-		logs := jobLogs(ctx, t, cs, s.namespace, s.release+"-ab")
-		if err := os.WriteFile(filepath.Join(s.artifacts, "k6.log"), []byte(logs), 0o644); err != nil {
+		logs := jobLogs(ctx, t, cs, s.namespace, s.release+"-verify")
+		if err := os.WriteFile(filepath.Join(s.artifacts, "verify.log"), []byte(logs), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		summary := summaryJSON(t, logs)
+		vr := reportJSON(t, logs)
 		if err := c.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
 			t.Fatal(err)
 		}
-		report, err := localstack.NewReport(summary, policy)
-		if err != nil {
-			t.Fatal(err)
-		}
+		report := localstack.NewReport(vr, policy)
 		report.PrintTable(os.Stdout)
 		if err := report.Write(s.artifacts); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
 		if !report.Pass {
-			t.Errorf("verdict FAIL: %v", report.Reasons)
+			t.Errorf("verdict FAIL: %v; the delay during the A/B: %s; at the end: %s", report.Reasons, strings.Join(changes, ", "), policy.Status.DelayReason)
 		}
-		if report.DroppedIterations > 0 {
-			t.Errorf("%v dropped iterations: the run is invalid", report.DroppedIterations)
+		// The verdict's own checks, again from the figures.
+		if b, h := report.Unhedged().P99, report.Hedged().P99; !(h <= 0.5*b) {
+			t.Errorf("hedged p99 %.1f ms is not <= 0.5 x bypass p99 %.1f ms", h, b)
 		}
-		for _, arm := range []string{"bypass", "hedged"} {
-			if a := report.Arms[arm]; a.Count == 0 || a.ErrorRate > 0 {
-				t.Errorf("%s arm: %v requests, error rate %v", arm, a.Count, a.ErrorRate)
-			}
+		if report.ExtraLoad.Envoy == nil || report.ExtraLoad.Replicas == nil {
+			t.Errorf("extra load not measured by Envoy's counters and the replicas': %+v", report.ExtraLoad)
+		} else if budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent); report.ExtraLoadPct() > budget {
+			t.Errorf("extra load %.2f%% (Envoy) and %.2f%% (replicas), want at most the budget %v%%", report.ExtraLoad.Envoy.Pct, report.ExtraLoad.Replicas.Pct, budget)
 		}
-		if b, h := report.Arms["bypass"].P99, report.Arms["hedged"].P99; !(h <= 0.5*b) {
-			t.Errorf("hedged p99 %.1f ms is not <= 0.5 x bypass p99 %.1f ms; the delay during the A/B: %s; at the end: %s",
-				h, b, strings.Join(changes, ", "), policy.Status.DelayReason)
+		if n := report.Errors(); n > 0 {
+			t.Errorf("%d requests failed", n)
 		}
-		if budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent); report.ExtraLoadPct > budget || report.ExtraLoadPct < 0 {
-			t.Errorf("extra load %.2f%% at the replicas, want at most the budget %v%%", report.ExtraLoadPct, budget)
-		}
-		if report.PostsSent > 0 && report.PostSideEffects != report.PostsSent {
-			t.Errorf("%v POSTs sent, %v executed", report.PostsSent, report.PostSideEffects)
+		if p := report.Posts; p == nil || p.Executed == nil || *p.Executed != float64(p.Sent) {
+			t.Errorf("POSTs: %+v, want every one sent and executed once", p)
 		}
 		if helmErr != nil {
 			t.Errorf("helm test: %v", helmErr)
+		}
+		// kubectl describe hp shows the verdict: an Event on the policy.
+		ev := recordedVerdict(ctx, t, cs, s.namespace, started)
+		t.Logf("Event on hedgepolicy %s: %s %s: %s", policyName, ev.Type, ev.Reason, ev.Message)
+		if report.Pass != (ev.Reason == verify.ReasonVerifyPassed) {
+			t.Errorf("the recorded Event says %s, the report pass=%v", ev.Reason, report.Pass)
 		}
 	})
 
@@ -286,25 +287,39 @@ func jobLogs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, job
 	return string(b)
 }
 
-// summaryJSON extracts the TAILCUT_SUMMARY_JSON line test/k6/hedge-ab.js prints.
-func summaryJSON(t *testing.T, logs string) map[string]any {
+// reportJSON extracts the JSON report that tailcut verify --json=- prints
+// after its table: the last object that starts a line.
+func reportJSON(t *testing.T, logs string) *verify.Report {
 	t.Helper()
-	var line string
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "TAILCUT_SUMMARY_JSON "); ok {
-			line = rest
+	i := strings.LastIndex(logs, "\n{\n")
+	if i < 0 {
+		t.Fatalf("the verify Job printed no JSON report:\n%s", logs)
+	}
+	var r verify.Report
+	if err := json.NewDecoder(strings.NewReader(logs[i+1:])).Decode(&r); err != nil {
+		t.Fatalf("the verify Job's JSON report: %v\n%s", err, logs[i+1:])
+	}
+	return &r
+}
+
+// recordedVerdict is the newest Event tailcut verify recorded on the demo
+// policy since the run started: what kubectl describe hp shows.
+func recordedVerdict(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns string, since time.Time) corev1.Event {
+	t.Helper()
+	evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=HedgePolicy,involvedObject.name=" + policyName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest corev1.Event
+	for _, ev := range evs.Items {
+		if ev.Source.Component == "tailcut-verify" && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) && ev.LastTimestamp.After(newest.LastTimestamp.Time) {
+			newest = ev
 		}
 	}
-	if line == "" {
-		t.Fatalf("the k6 Job printed no TAILCUT_SUMMARY_JSON line:\n%s", logs)
+	if newest.Reason == "" {
+		t.Fatalf("no Event from tailcut-verify on hedgepolicy %s/%s since %s", ns, policyName, since.Format(time.RFC3339))
 	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(line), &m); err != nil {
-		t.Fatalf("TAILCUT_SUMMARY_JSON: %v", err)
-	}
-	return m
+	return newest
 }
 
 // prometheus is a client for the cluster's Prometheus (the prometheus-operated

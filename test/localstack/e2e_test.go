@@ -33,6 +33,7 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/test/dashboards"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
@@ -106,9 +107,9 @@ func TestHedgingShortensTheTail(t *testing.T) {
 	if _, err := s.WaitReady(ctx, 150, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// Closed loop: while k6 runs with hedging on, record the delay.
+	// Closed loop: while the A/B runs with hedging on, record the delay.
 	series := s.recordDelays(ctx, time.Second)
-	r, _, err := s.RunAB(ctx, K6Options{Rate: 170, Duration: "60s", MaxP99Ratio: 0.5, PostRate: 10, BudgetPct: 5}, nil)
+	r, _, err := s.RunAB(ctx, ABOptions{Rate: 170, Duration: time.Minute, MaxP99Ratio: 0.5, PostRate: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestHedgingShortensTheTail(t *testing.T) {
 
 // TestOrdinaryTraffic is what production sees: clients that send plain
 // requests through tailcut's Envoy, nothing else. The unhedged tail is
-// measured in the same run by a second k6 arm that calls the replicas
+// measured in the same run by a second arm that calls the replicas
 // directly, as clients would without tailcut. Then the service gets slower
 // (the fast mode moves from 15 to 40ms, as after a deploy) and faster again,
 // and the delay follows both ways.
@@ -142,7 +143,7 @@ func TestOrdinaryTraffic(t *testing.T) {
 	if _, err := s.WaitReady(ctx, 150, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	r, p, err := s.RunAB(ctx, K6Options{Rate: 170, Duration: "60s", MaxP99Ratio: 0.5, PostRate: 10, BudgetPct: 5, Unhedged: "direct"}, nil)
+	r, p, err := s.RunAB(ctx, ABOptions{Rate: 170, Duration: time.Minute, MaxP99Ratio: 0.5, PostRate: 10, Unhedged: verify.ArmDirect})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,12 +215,13 @@ func TestOrdinaryTraffic(t *testing.T) {
 	}
 }
 
-// checkPromises checks every promise of one A/B run with margins: the tail,
-// the budget, errors, dropped iterations and duplicated POSTs. The k6 verdict
-// checks the same promises; both must hold.
+// checkPromises checks every promise of one A/B run with margins, from the
+// figures themselves: the tail, the budget, errors, the generator's rate and
+// duplicated POSTs. The verifier's verdict checks the same promises; both
+// must hold.
 func checkPromises(t *testing.T, r Report, maxP99Ratio float64) {
 	t.Helper()
-	unhedged, hedged := r.Unhedged(), r.Arms["hedged"]
+	unhedged, hedged := r.Unhedged(), r.Hedged()
 	if unhedged.Count < 9000 || hedged.Count < 9000 {
 		t.Errorf("only %v %s and %v hedged samples; p99 needs about 10k per arm", unhedged.Count, r.UnhedgedArm, hedged.Count)
 	}
@@ -229,20 +231,24 @@ func checkPromises(t *testing.T, r Report, maxP99Ratio float64) {
 	if hedged.P50-unhedged.P50 > 3 {
 		t.Errorf("hedging added %.1fms at p50 (more than 3ms)", hedged.P50-unhedged.P50)
 	}
-	if budget := float64(r.BudgetPct); r.ExtraLoadPct > budget || r.ExtraLoadPct < 0 {
-		t.Errorf("extra load %.2f%%, want in [0, budget %v%%]", r.ExtraLoadPct, budget)
+	if r.ExtraLoad.Envoy == nil || r.ExtraLoad.Replicas == nil {
+		t.Errorf("extra load not measured by both Envoy and the replicas: %+v", r.ExtraLoad)
+	} else if budget := *r.BudgetPct; r.ExtraLoadPct() > budget || r.ExtraLoad.Envoy.Pct < 0 {
+		t.Errorf("extra load %.2f%% (Envoy) and %.2f%% (replicas), want in [0, budget %v%%]", r.ExtraLoad.Envoy.Pct, r.ExtraLoad.Replicas.Pct, budget)
 	}
-	if unhedged.ErrorRate != 0 || hedged.ErrorRate != 0 {
-		t.Errorf("errors: %s %v hedged %v", r.UnhedgedArm, unhedged.ErrorRate, hedged.ErrorRate)
+	if n := r.Errors(); n != 0 {
+		t.Errorf("%d requests failed", n)
 	}
-	if r.DroppedIterations != 0 {
-		t.Errorf("%v dropped iterations: the run is invalid", r.DroppedIterations)
+	for name, a := range r.Arms {
+		if a.Lag.Late*100 > a.Sent+a.SettleSent {
+			t.Errorf("%s: %d of %d requests sent 10ms or more late: the run is invalid", name, a.Lag.Late, a.Sent+a.SettleSent)
+		}
 	}
-	if r.PostsSent > 0 && r.PostSideEffects != r.PostsSent {
-		t.Errorf("%v POSTs sent, %v reached the backends: a POST was duplicated or lost", r.PostsSent, r.PostSideEffects)
+	if p := r.Posts; p != nil && (p.Executed == nil || *p.Executed != float64(p.Sent)) {
+		t.Errorf("%d POSTs sent, %v reached the backends: a POST was duplicated or lost", p.Sent, p.Executed)
 	}
 	if !r.Pass {
-		t.Errorf("the k6 verdict failed: %v", r.Reasons)
+		t.Errorf("the verdict failed: %v", r.Reasons)
 	}
 }
 
@@ -287,7 +293,7 @@ func TestSaturationBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, policy, err := s.RunAB(ctx, K6Options{Rate: 150, Duration: "60s", MaxP99Ratio: 1.1, BudgetPct: 5}, nil)
+	r, policy, err := s.RunAB(ctx, ABOptions{Rate: 150, Duration: time.Minute, MaxP99Ratio: 1.1})
 	if err != nil {
 		t.Fatal(err)
 	}

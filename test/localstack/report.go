@@ -34,117 +34,53 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/verify"
 )
 
-// Arm is one arm's client-side latency, in milliseconds.
-type Arm struct {
-	Count       float64            `json:"count"`
-	P50         float64            `json:"p50_ms"`
-	P90         float64            `json:"p90_ms"`
-	P95         float64            `json:"p95_ms"`
-	P99         float64            `json:"p99_ms"`
-	P999        float64            `json:"p999_ms"`
-	Max         float64            `json:"max_ms"`
-	ErrorRate   float64            `json:"error_rate"`
-	Percentiles map[string]float64 `json:"percentiles_ms,omitempty"`
-}
-
-// Settle is what the settling phase sent.
-type Settle struct {
-	Duration  string             `json:"duration"`
-	Requests  map[string]float64 `json:"requests"`
-	ErrorRate float64            `json:"error_rate"`
-}
-
-// Report is report.json. Other tools read it: keep the documented keys stable.
+// Report is report.json: `tailcut verify`'s report (whose keys stay stable)
+// and the delay the policy had at the end of the run.
 type Report struct {
-	// Arms holds "hedged" and the unhedged reference, keyed by UnhedgedArm:
-	// "bypass" (the bypass route of the same Envoy) or "direct" (straight to
-	// the replicas).
-	Arms              map[string]Arm     `json:"arms"`
-	UnhedgedArm       string             `json:"unhedged_arm"`
-	Ratio             map[string]float64 `json:"ratio"`
-	ExtraLoadPct      float64            `json:"extra_load_pct"`
-	BudgetPct         int32              `json:"budget_pct"`
-	DelayMS           float64            `json:"delay_ms"`
-	DelayReason       string             `json:"delay_reason"`
-	DelaySource       string             `json:"delay_source"`
-	DroppedIterations float64            `json:"dropped_iterations"`
-	Scenario          string             `json:"scenario"`
-	RatePerArm        float64            `json:"rate_per_arm"`
-	Duration          string             `json:"duration"`
-	// Settle is the phase before the measured run, at the same rate and not
-	// measured (nil when the run had none). Its errors and extra attempts
-	// count in the verdict.
-	Settle          *Settle  `json:"settle,omitempty"`
-	PostsSent       float64  `json:"posts_sent"`
-	PostSideEffects float64  `json:"post_side_effects"`
-	Pass            bool     `json:"pass"`
-	Reasons         []string `json:"reasons"`
+	verify.Report
+	DelayMS     float64 `json:"delay_ms"`
+	DelayReason string  `json:"delay_reason"`
+	DelaySource string  `json:"delay_source"`
 }
 
-// NewReport combines k6's summary, whose keys Report shares, with the policy's
-// status.
-func NewReport(summary map[string]any, policy *tailcutv1alpha1.HedgePolicy) (Report, error) {
-	b, err := json.Marshal(summary)
-	if err != nil {
-		return Report{}, err
-	}
-	var k struct {
-		Report
-		Verdict struct {
-			Pass    bool     `json:"pass"`
-			Reasons []string `json:"reasons"`
-		} `json:"verdict"`
-	}
-	if err := json.Unmarshal(b, &k); err != nil {
-		return Report{}, fmt.Errorf("reading the k6 summary: %w", err)
-	}
-	r := k.Report
-	r.Pass, r.Reasons = k.Verdict.Pass, k.Verdict.Reasons
-	if r.Reasons == nil {
-		r.Reasons = []string{}
-	}
-	if r.UnhedgedArm == "" {
-		r.UnhedgedArm = "bypass"
-	}
-	r.BudgetPct = policy.Spec.EffectiveBudget().MaxExtraLoadPercent
-	r.DelayReason, r.DelaySource = policy.Status.DelayReason, string(policy.Status.DelaySource)
+// NewReport adds the policy's delay to the verifier's report.
+func NewReport(vr *verify.Report, policy *tailcutv1alpha1.HedgePolicy) Report {
+	r := Report{Report: *vr, DelayReason: policy.Status.DelayReason, DelaySource: string(policy.Status.DelaySource)}
 	if d := policy.Status.EffectiveDelay; d != nil {
 		r.DelayMS = float64(d.Microseconds()) / 1000
 	}
-	return r, nil
+	return r
 }
 
-// Unhedged is the reference arm.
-func (r Report) Unhedged() Arm { return r.Arms[r.UnhedgedArm] }
+// ExtraLoadPct is the larger of the measured extra loads (Envoy's counters,
+// the replicas'), or -1 when neither was measured.
+func (r Report) ExtraLoadPct() float64 {
+	pct := -1.0
+	if e := r.ExtraLoad.Envoy; e != nil {
+		pct = max(pct, e.Pct)
+	}
+	if rl := r.ExtraLoad.Replicas; rl != nil {
+		pct = max(pct, rl.Pct)
+	}
+	return pct
+}
 
-// PrintTable writes the A/B table.
+// Errors counts the failed requests of every arm, in both phases.
+func (r Report) Errors() int {
+	n := 0
+	for _, a := range r.Arms {
+		n += a.Errors + a.SettleErrors
+	}
+	return n
+}
+
+// PrintTable writes the verifier's table and the delay tailcut chose.
 func (r Report) PrintTable(w io.Writer) {
-	after := ""
-	if r.Settle != nil {
-		after = " after " + r.Settle.Duration + " at the same rate (not measured)"
-	}
-	fmt.Fprintf(w, "\ntailcut A/B, scenario %s: %g rps per arm for %s%s, through one Envoy to the same 3 replicas\n\n", r.Scenario, r.RatePerArm, r.Duration, after)
-	fmt.Fprintf(w, "%-8s %8s %8s %8s %8s %8s %8s %8s\n", "arm", "count", "p50", "p90", "p95", "p99", "p99.9", "max")
-	for _, name := range []string{r.UnhedgedArm, "hedged"} {
-		a := r.Arms[name]
-		fmt.Fprintf(w, "%-8s %8.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", name, a.Count, a.P50, a.P90, a.P95, a.P99, a.P999, a.Max)
-	}
-	fmt.Fprintf(w, "%-8s %8s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "hedged/"+r.UnhedgedArm, "", r.Ratio["p50"], r.Ratio["p90"], r.Ratio["p95"], r.Ratio["p99"], r.Ratio["p999"])
-	fmt.Fprintf(w, "\n(latency in ms, measured by k6 at the client)\n")
-	fmt.Fprintf(w, "delay chosen by tailcut: %.1f ms (%s): %s\n", r.DelayMS, r.DelaySource, r.DelayReason)
-	if r.Settle != nil {
-		fmt.Fprintf(w, "settling: %.0f hedged and %.0f %s requests, error rate %.4f\n", r.Settle.Requests["hedged"], r.Settle.Requests[r.UnhedgedArm], r.UnhedgedArm, r.Settle.ErrorRate)
-	}
-	fmt.Fprintf(w, "extra load at the backends: %.2f%% (budget %d%%)\n", r.ExtraLoadPct, r.BudgetPct)
-	fmt.Fprintf(w, "errors: %s %.4f, hedged %.4f; dropped iterations: %.0f; POSTs: %.0f sent, %.0f executed\n",
-		r.UnhedgedArm, r.Unhedged().ErrorRate, r.Arms["hedged"].ErrorRate, r.DroppedIterations, r.PostsSent, r.PostSideEffects)
-	if r.Pass {
-		fmt.Fprintln(w, "verdict: PASS")
-	} else {
-		fmt.Fprintf(w, "verdict: FAIL: %v\n", r.Reasons)
-	}
+	r.Report.PrintTable(w)
+	fmt.Fprintf(w, "delay chosen by tailcut at the end of the run: %.1f ms (%s): %s\n", r.DelayMS, r.DelaySource, r.DelayReason)
 }
 
 // Write writes report.json, report.svg (a percentile plot of both arms) and
@@ -241,7 +177,7 @@ var reportHTML = template.Must(template.New("report").Parse(`<!doctype html>
 <table><tr><th>arm</th><th>count</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>
 {{range $name, $a := .R.Arms}}<tr><th>{{$name}}</th><td>{{printf "%.0f" $a.Count}}</td><td>{{printf "%.1f" $a.P50}}</td><td>{{printf "%.1f" $a.P90}}</td><td>{{printf "%.1f" $a.P95}}</td><td>{{printf "%.1f" $a.P99}}</td><td>{{printf "%.1f" $a.P999}}</td><td>{{printf "%.1f" $a.Max}}</td></tr>
 {{end}}</table>
-<p>Extra load at the backends: {{printf "%.2f" .R.ExtraLoadPct}}% (budget {{.R.BudgetPct}}%). Verdict: {{if .R.Pass}}PASS{{else}}FAIL {{.R.Reasons}}{{end}}</p>
+<p>Extra load: {{printf "%.2f" .R.ExtraLoadPct}}% (budget {{.R.BudgetPct}}%). Verdict: {{if .R.Pass}}PASS{{else}}FAIL {{.R.Reasons}}{{end}}</p>
 {{.SVG}}
 <h2>report.json</h2><pre>{{.JSON}}</pre></body></html>
 `))

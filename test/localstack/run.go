@@ -17,16 +17,12 @@ limitations under the License.
 package localstack
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
-	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/controllers/verify"
 )
 
 // PolicyName is the HedgePolicy the stack applies.
@@ -187,79 +183,56 @@ func (s *Stack) Shift(ctx context.Context, cfg map[string]any) error {
 // Host is the Host header that names the Service.
 func Host() string { return Service + "." + Namespace }
 
-// K6Options configure the A/B run.
-type K6Options struct {
+// ABOptions configure the A/B run.
+type ABOptions struct {
 	Rate        int
-	Duration    string
+	Duration    time.Duration
+	Settle      time.Duration
 	MaxP99Ratio float64
 	PostRate    int
-	// Unhedged is the reference arm: "bypass" (the bypass route through the
-	// same Envoy, the default) or "direct" (straight to the replicas).
+	// Unhedged is the reference arm: verify.ArmBypass (the bypass route
+	// through the same Envoy, the default) or verify.ArmDirect (straight to
+	// the replicas).
 	Unhedged string
-	// BudgetPct, when set, fails the verdict when the extra load counted at
-	// the replicas is above it.
-	BudgetPct int32
 }
 
-// RunK6 runs test/k6/hedge-ab.js against Envoy and returns its JSON summary.
-func (s *Stack) RunK6(ctx context.Context, o K6Options, stdout io.Writer) (map[string]any, error) {
-	var metrics, direct []string
+// Verify runs `tailcut verify` (the same code, in process) against the stack:
+// the extra load from Envoy's admin counters and from the replicas' own, the
+// budget from the policy.
+func (s *Stack) Verify(ctx context.Context, o ABOptions, policy *tailcutv1alpha1.HedgePolicy) (*verify.Report, error) {
+	vo := verify.Options{
+		URL: "http://" + addr(s.opts.Ports.Listener) + "/", Host: Host(), Unhedged: o.Unhedged,
+		Rate: o.Rate, PostRate: o.PostRate, Settle: o.Settle, Duration: o.Duration,
+		Criteria: verify.DefaultCriteria(), Limits: verify.DefaultLimits(),
+		EnvoyAdmin: []string{"http://" + addr(s.opts.Ports.Admin)},
+		Policy:     Namespace + "/" + PolicyName, Scenario: s.opts.Scenario.Name,
+	}
+	if vo.Unhedged == "" {
+		vo.Unhedged = verify.ArmBypass
+	}
+	if o.MaxP99Ratio > 0 {
+		vo.Criteria.MaxP99Ratio = o.MaxP99Ratio
+	}
+	budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent)
+	vo.BudgetPct = &budget
+	vo.HedgedCluster, vo.UnhedgedCluster = verify.ClustersOf(Namespace, Service, Port)
 	for _, port := range s.opts.Ports.Workloads {
-		metrics = append(metrics, "http://"+addr(port)+"/metrics")
-		direct = append(direct, "http://"+addr(port))
+		vo.WorkloadMetrics = append(vo.WorkloadMetrics, "http://"+addr(port)+"/metrics")
+		vo.DirectURLs = append(vo.DirectURLs, "http://"+addr(port))
 	}
-	if o.Unhedged == "" {
-		o.Unhedged = "bypass"
-	}
-	summaryPath := s.dir("k6-summary.json")
-	cmd := exec.CommandContext(ctx, s.bins["k6"], "run", "--quiet", "--no-usage-report",
-		filepath.Join(envtestutil.RepoRoot(), "test", "k6", "hedge-ab.js"))
-	cmd.Env = append(os.Environ(),
-		"TARGET_URL=http://"+addr(s.opts.Ports.Listener), "HOST="+Host(), "UNHEDGED="+o.Unhedged, "DIRECT_URLS="+strings.Join(direct, ","),
-		fmt.Sprintf("RATE=%d", o.Rate), "DURATION="+o.Duration, fmt.Sprintf("MAX_P99_RATIO=%g", o.MaxP99Ratio),
-		fmt.Sprintf("POST_RATE=%d", o.PostRate), "WORKLOAD_METRICS="+strings.Join(metrics, ","),
-		"SCENARIO="+s.opts.Scenario.Name, "SUMMARY_PATH="+summaryPath, "K6_NO_USAGE_REPORT=true")
-	if o.BudgetPct > 0 {
-		cmd.Env = append(cmd.Env, fmt.Sprintf("BUDGET_PCT=%d", o.BudgetPct))
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting k6: %w", err)
-	}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if line := sc.Text(); !strings.HasPrefix(line, "TAILCUT_SUMMARY_JSON ") && stdout != nil {
-			fmt.Fprintln(stdout, line)
-		}
-	}
-	runErr := cmd.Wait()
-	b, err := os.ReadFile(summaryPath)
-	if err != nil {
-		return nil, fmt.Errorf("k6 wrote no summary (%v): %w", runErr, err)
-	}
-	var summary map[string]any
-	if err := json.Unmarshal(b, &summary); err != nil {
-		return nil, fmt.Errorf("k6 summary: %w", err)
-	}
-	// k6 exits non-zero when a threshold (errors, dropped iterations) failed; the
-	// summary still holds the figures, and the verdict says why.
-	summary["k6_exit_error"] = errString(runErr)
-	return summary, nil
+	return verify.Run(ctx, vo)
 }
 
-// RunAB runs the k6 A/B, with the scenario's phases, and returns its report
+// RunAB runs the A/B, with the scenario's phases, and returns its report
 // together with the policy as it stood at the end of the run.
-func (s *Stack) RunAB(ctx context.Context, o K6Options, stdout io.Writer) (Report, *tailcutv1alpha1.HedgePolicy, error) {
+func (s *Stack) RunAB(ctx context.Context, o ABOptions) (Report, *tailcutv1alpha1.HedgePolicy, error) {
+	before, err := s.Policy(ctx)
+	if err != nil {
+		return Report{}, nil, err
+	}
 	phases := s.opts.Scenario.Phases
 	if len(phases) > 0 {
-		length, err := time.ParseDuration(o.Duration)
-		if err != nil {
-			return Report{}, nil, fmt.Errorf("duration %q: %w", o.Duration, err)
-		}
+		length := o.Settle + o.Duration
 		// Every run starts from the scenario's own model.
 		if err := s.Shift(ctx, s.opts.Scenario.ReplicaConfig(0)); err != nil {
 			return Report{}, nil, err
@@ -280,7 +253,7 @@ func (s *Stack) RunAB(ctx context.Context, o K6Options, stdout io.Writer) (Repor
 			}
 		}()
 	}
-	summary, err := s.RunK6(ctx, o, stdout)
+	vr, err := s.Verify(ctx, o, before)
 	if err != nil {
 		return Report{}, nil, err
 	}
@@ -288,15 +261,7 @@ func (s *Stack) RunAB(ctx context.Context, o K6Options, stdout io.Writer) (Repor
 	if err != nil {
 		return Report{}, nil, err
 	}
-	r, err := NewReport(summary, policy)
-	return r, policy, err
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return NewReport(vr, policy), policy, nil
 }
 
 // Get returns the JSON value at a dotted path, or nil.

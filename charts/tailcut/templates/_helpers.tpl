@@ -68,7 +68,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s-proxy" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The demo needs the proxy: k6 sends its traffic through it. */}}
+{{/* The demo needs the proxy: its traffic and its Helm test go through it. */}}
 {{- define "tailcut.checkValues" -}}
 {{- if and .Values.demo.enabled (not .Values.proxy.enabled) }}
 {{- fail "demo.enabled needs proxy.enabled: the demo's traffic goes through tailcut's Envoy" }}

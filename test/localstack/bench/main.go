@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/localstack"
 )
@@ -65,9 +66,9 @@ type row struct {
 func run() error {
 	var (
 		scenarios = flag.String("scenarios", "bimodal4,bimodal,bimodal3,lognormal,stall,shift,saturation", "comma-separated scenarios")
-		duration  = flag.String("duration", "60s", "k6 run length of the automatic-delay run")
-		sweepDur  = flag.String("sweep-duration", "30s", "k6 run length of each static delay of the sweep")
-		shiftDur  = flag.String("shift-duration", "90s", "k6 run length of every run of the shift scenario, whose phases are thirds of a run")
+		duration  = flag.Duration("duration", time.Minute, "A/B length of the automatic-delay run")
+		sweepDur  = flag.Duration("sweep-duration", 30*time.Second, "A/B length of each static delay of the sweep")
+		shiftDur  = flag.Duration("shift-duration", 90*time.Second, "A/B length of every run of the shift scenario, whose phases are thirds of a run")
 		sweep     = flag.String("sweep", "17ms,20ms,25ms,30ms,40ms,50ms,60ms", "static delays to compare against")
 		rate      = flag.Int("rate", 150, "requests per second per arm")
 		out       = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "docs", "benchmarks.md"), "Markdown file to write")
@@ -118,7 +119,7 @@ func run() error {
 // readingHeading starts the hand-written part of the file, which a new run keeps.
 const readingHeading = "## Reading"
 
-func benchScenario(ctx context.Context, sc localstack.Scenario, duration, sweepDur string, sweep []string, rate int,
+func benchScenario(ctx context.Context, sc localstack.Scenario, duration, sweepDur time.Duration, sweep []string, rate int,
 	logf func(string, ...any)) ([]row, error) {
 	dir, err := os.MkdirTemp("", "tailcut-bench-"+sc.Name+"-")
 	if err != nil {
@@ -130,18 +131,16 @@ func benchScenario(ctx context.Context, sc localstack.Scenario, duration, sweepD
 		return nil, err
 	}
 	defer stack.Stop()
-	policy, err := stack.ApplyPolicy(ctx, nil)
-	if err != nil {
+	if _, err := stack.ApplyPolicy(ctx, nil); err != nil {
 		return nil, err
 	}
 	if _, err := stack.WaitReady(ctx, rate, 3*time.Minute); err != nil && sc.HedgingHelps {
 		return nil, err
 	}
-	budget := policy.Spec.EffectiveBudget().MaxExtraLoadPercent
 	var rows []row
-	measure := func(label, d string, auto bool) error {
-		logf("%s: k6 %s with delay %s", sc.Name, d, label)
-		r, _, err := stack.RunAB(ctx, localstack.K6Options{Rate: rate, Duration: d, MaxP99Ratio: 0.5, BudgetPct: budget}, nil)
+	measure := func(label string, d time.Duration, auto bool) error {
+		logf("%s: A/B for %s with delay %s", sc.Name, d, label)
+		r, _, err := stack.RunAB(ctx, localstack.ABOptions{Rate: rate, Duration: d, MaxP99Ratio: 0.5})
 		if err != nil {
 			return err
 		}
@@ -183,26 +182,28 @@ func setStatic(ctx context.Context, c client.Client, d time.Duration) error {
 
 // within says whether a run kept the budget promise: extra load counted at
 // the replicas at most the budget, with no slack (the hedge account holds it).
-func within(r localstack.Report) bool { return r.ExtraLoadPct <= float64(r.BudgetPct) }
+func within(r localstack.Report) bool {
+	return r.BudgetPct != nil && r.ExtraLoadPct() >= 0 && r.ExtraLoadPct() <= *r.BudgetPct
+}
 
-func markdown(rows []row, rate int, duration, sweepDur, shiftDur string, took time.Duration) (string, []string) {
+func markdown(rows []row, rate int, duration, sweepDur, shiftDur, took time.Duration) (string, []string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Tail latency benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench-tail` on %s (took %s).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
-	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"), localstack.ToolVersion("k6", "version"))
-	fmt.Fprintf(&b, "- load: k6 constant-arrival-rate, %d rps per arm; bypass and hedged arms in one run through one Envoy to the same 3 replicas. "+
+	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"), "tailcut verify ("+verify.Generator()+")")
+	fmt.Fprintf(&b, "- load: tailcut verify, constant arrival rate, %d rps per arm; bypass and hedged arms in one run through one Envoy to the same 3 replicas. "+
 		"Per scenario one stack: tailcut's automatic delay first (%s), then a static-delay sweep (%s each); the shift scenario runs %s each, "+
 		"its fast mode at 40ms for the middle third. The estimator reads only the hedged arm: ordinary requests.\n", rate, duration, sweepDur, shiftDur)
-	fmt.Fprintf(&b, "- latency in ms at the client (k6); extra load counted at the replicas (x-envoy-attempt-count > 1) per hedged request; budget 5%%\n\n")
-	fmt.Fprintf(&b, "| scenario | delay | bypass p50 | hedged p50 | bypass p99 | hedged p99 | p99 ratio | bypass p99.9 | hedged p99.9 | extra load %% | errors | dropped |\n")
+	fmt.Fprintf(&b, "- latency in ms at the client (tailcut verify, exact quantiles); extra load: the larger of Envoy's counters on the hedged cluster and the replicas' count of extra attempts (x-envoy-attempt-count > 1) per hedged request; budget 5%%; late: requests sent 10ms or more behind schedule\n\n")
+	fmt.Fprintf(&b, "| scenario | delay | bypass p50 | hedged p50 | bypass p99 | hedged p99 | p99 ratio | bypass p99.9 | hedged p99.9 | extra load %% | errors | late |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	best := map[string]row{}
 	auto := map[string]row{}
 	var order []string
 	for _, r := range rows {
-		a, h := r.r.Unhedged(), r.r.Arms["hedged"]
-		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.4f | %.0f |\n", r.scenario, r.delay,
-			a.P50, h.P50, a.P99, h.P99, r.r.Ratio["p99"], a.P999, h.P999, r.r.ExtraLoadPct, h.ErrorRate, r.r.DroppedIterations)
+		a, h := r.r.Unhedged(), r.r.Hedged()
+		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %d | %d |\n", r.scenario, r.delay,
+			a.P50, h.P50, a.P99, h.P99, r.r.Ratio["p99"], a.P999, h.P999, r.r.ExtraLoadPct(), r.r.Errors(), a.Lag.Late+h.Lag.Late)
 		if r.auto {
 			auto[r.scenario] = r
 			order = append(order, r.scenario)
@@ -222,10 +223,10 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur string, took ti
 		a := auto[sc]
 		var fails []string
 		if !within(a.r) {
-			fails = append(fails, fmt.Sprintf("extra load %.2f%% above the budget", a.r.ExtraLoadPct))
+			fails = append(fails, fmt.Sprintf("extra load %.2f%% above the budget", a.r.ExtraLoadPct()))
 		}
-		if errs := a.r.Arms["hedged"].ErrorRate + a.r.Unhedged().ErrorRate; errs > 0 || a.r.DroppedIterations > 0 {
-			fails = append(fails, "errors or dropped iterations")
+		if a.r.Errors() > 0 || a.r.Hedged().Lag.Late+a.r.Unhedged().Lag.Late > 0 {
+			fails = append(fails, "errors or late sends")
 		}
 		bst, ok := best[sc]
 		bestCell, bestRatio, rel := "none kept the budget", "-", "-"
@@ -245,7 +246,7 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur string, took ti
 			verdict = "MISSED: " + strings.Join(fails, "; ")
 			missed = append(missed, sc+": "+strings.Join(fails, "; "))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %.2f | %s |\n", sc, bestCell, bestRatio, a.r.Ratio["p99"], rel, a.r.ExtraLoadPct, verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %.2f | %s |\n", sc, bestCell, bestRatio, a.r.Ratio["p99"], rel, a.r.ExtraLoadPct(), verdict)
 	}
 	return b.String(), missed
 }

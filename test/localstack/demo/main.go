@@ -48,7 +48,7 @@ func main() {
 func run() error {
 	ports := localstack.DefaultPorts()
 	var (
-		duration       = flag.String("duration", "60s", "length of the measured k6 run")
+		duration       = flag.Duration("duration", time.Minute, "length of the A/B's measured run")
 		scenario       = flag.String("scenario", "bimodal4", "workload model, one of "+strings.Join(localstack.ScenarioNames(), ", "))
 		rate           = flag.Int("rate", 150, "requests per second per arm")
 		out            = flag.String("out", filepath.Join(envtestutil.RepoRoot(), "_output", "demo"), "directory for logs and the report")
@@ -67,9 +67,6 @@ func run() error {
 	sc, err := localstack.LookupScenario(*scenario)
 	if err != nil {
 		return err
-	}
-	if _, err := time.ParseDuration(*duration); err != nil {
-		return fmt.Errorf("-duration %q: %w", *duration, err)
 	}
 	if err := os.RemoveAll(*out); err != nil {
 		return err
@@ -110,8 +107,8 @@ func run() error {
 	if _, err := stack.WaitReady(ctx, *rate, 3*time.Minute); err != nil {
 		return err
 	}
-	logf("running k6 for %s at %d rps per arm", *duration, *rate)
-	report, _, err := stack.RunAB(ctx, localstack.K6Options{Rate: *rate, Duration: *duration, MaxP99Ratio: *ratio, PostRate: 10, BudgetPct: budget}, os.Stdout)
+	logf("running tailcut verify for %s at %d requests/s per arm (and 10 POSTs/s)", *duration, *rate)
+	report, _, err := stack.RunAB(ctx, localstack.ABOptions{Rate: *rate, Duration: *duration, MaxP99Ratio: *ratio, PostRate: 10})
 	if err != nil {
 		return err
 	}

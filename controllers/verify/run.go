@@ -1,0 +1,297 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package verify is `tailcut verify`: an A/B run that proves, on any Service,
+// that hedging shortened the tail within the policy's budget.
+//
+// Two arms run at one constant arrival rate (an open model: a slow answer
+// never slows the offered load), at the same time, through the same proxy to
+// the same pods: the hedged route, and an unhedged reference (the proxy's
+// bypass route, or the Service's endpoints directly). The load comes from the
+// vegeta library; the run proves its own rate from each request's send time
+// against its schedule. The extra load is read from the proxies' counters on
+// the hedged cluster (and from the replicas' own counters where they export
+// them), and an optional POST stream shows that no non-idempotent request ran
+// twice. The verdict checks every promise at once (judge).
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// Options configure one run.
+type Options struct {
+	// URL is the hedged route: the proxy's listener and the path to request.
+	URL string
+	// Host is the Host header that names the Service on the proxy.
+	Host string
+	// Unhedged is the reference arm: ArmBypass (the same URL with the bypass
+	// header) or ArmDirect (DirectURLs, round robin).
+	Unhedged   string
+	DirectURLs []string
+	// Rate is requests per second per arm; PostRate the POSTs per second sent
+	// on the hedged host (0: none).
+	Rate, PostRate int
+	// Settle runs both arms before the measured phase, unmeasured: a delay
+	// derived at a lower rate moves with the step to Rate. Its errors and
+	// extra load still count.
+	Settle, Duration time.Duration
+	Criteria         Criteria
+	Limits           Limits
+	// BudgetPct is the policy's budget (nil: unknown, which fails the run).
+	BudgetPct *float64
+	// HedgedCluster and UnhedgedCluster name the proxy's clusters for the
+	// Service port (plan.ClusterName, plan.BypassClusterName).
+	HedgedCluster, UnhedgedCluster string
+	// EnvoyAdmin lists the proxies' admin URLs; PrometheusURL reads the same
+	// counters from Prometheus instead. WorkloadMetrics lists the replicas'
+	// /metrics, where they export the demo workload's counters.
+	EnvoyAdmin      []string
+	PrometheusURL   string
+	WorkloadMetrics []string
+	// Policy and Scenario are copied to the report.
+	Policy, Scenario string
+	// Log gets progress lines (nil: none).
+	Log io.Writer
+}
+
+// ClustersOf names the proxy's clusters of a Service port.
+func ClustersOf(namespace, service string, port int32) (hedged, unhedged string) {
+	return plan.ClusterName(namespace, service, port), plan.BypassClusterName(namespace, service, port)
+}
+
+// BypassHeader selects the unhedged route on tailcut's proxy.
+const BypassHeader = "x-tailcut-bypass"
+
+func (o *Options) check() error {
+	var errs []error
+	if o.URL == "" || (!strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://")) {
+		errs = append(errs, fmt.Errorf("--url %q: need the hedged route's http:// URL", o.URL))
+	}
+	if o.Host == "" {
+		errs = append(errs, errors.New("--host: need the Host header that names the Service (or --policy)"))
+	}
+	switch o.Unhedged {
+	case ArmBypass:
+	case ArmDirect:
+		if len(o.DirectURLs) == 0 {
+			errs = append(errs, errors.New("--unhedged=direct needs --direct-urls"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--unhedged %q: bypass or direct", o.Unhedged))
+	}
+	if o.Rate <= 0 || o.PostRate < 0 {
+		errs = append(errs, fmt.Errorf("--rate %d, --post-rate %d: need a positive rate", o.Rate, o.PostRate))
+	}
+	if o.Duration <= 0 || o.Settle < 0 {
+		errs = append(errs, fmt.Errorf("--duration %s, --settle %s: need a positive duration", o.Duration, o.Settle))
+	}
+	if o.Criteria.MaxP99Ratio <= 0 {
+		errs = append(errs, fmt.Errorf("--max-p99-ratio %g: need a positive ratio", o.Criteria.MaxP99Ratio))
+	}
+	if (len(o.EnvoyAdmin) > 0 || o.PrometheusURL != "") && o.HedgedCluster == "" {
+		errs = append(errs, errors.New("reading Envoy's counters needs the cluster names: give --policy or --cluster"))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", args...)
+	}
+}
+
+// Run sends the load, reads the counters and judges the run. An error means
+// no verdict could be reached (bad options, a counter source that does not
+// answer); a failed verdict is a Report with Pass false.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	var envoy counterSource
+	if len(o.EnvoyAdmin) > 0 {
+		envoy = envoyAdmin(o.EnvoyAdmin, []string{o.HedgedCluster, o.UnhedgedCluster}, client)
+	} else if o.PrometheusURL != "" {
+		p, err := prometheusCounters(o.PrometheusURL, []string{o.HedgedCluster, o.UnhedgedCluster})
+		if err != nil {
+			return nil, err
+		}
+		envoy = p
+	}
+	var replicas counterSource
+	if len(o.WorkloadMetrics) > 0 {
+		replicas = workloadMetrics(o.WorkloadMetrics, client)
+	}
+
+	sources := []counterSource{envoy, replicas}
+	before := make([]counts, len(sources))
+	for i, src := range sources {
+		if src == nil {
+			continue
+		}
+		c, err := src.read(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading counters before the run: %w", err)
+		}
+		before[i] = c
+	}
+
+	streams := o.streams()
+	o.logf("tailcut verify: %d requests/s per arm (hedged, %s) for %s after %s of settling", o.Rate, o.Unhedged, o.Duration, o.Settle)
+	samples := attack(ctx, streams, o.Settle, o.Duration, o.Limits)
+	end := time.Now()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+
+	r := &Report{
+		URL: o.URL, Host: o.Host, Policy: o.Policy, Scenario: o.Scenario, Generator: Generator(), UnhedgedArm: o.Unhedged,
+		RatePerArm: o.Rate, Duration: o.Duration.String(), Settle: o.Settle.String(),
+		Arms: map[string]Arm{}, BudgetPct: o.BudgetPct, MaxP99Ratio: o.Criteria.MaxP99Ratio,
+	}
+	for _, st := range streams {
+		r.Arms[st.name] = armOf(samples[st.name], st.rate, o.Settle, o.Duration, o.Criteria.LateAfter)
+	}
+	r.Ratio = ratios(r.Hedged().Latency, r.Unhedged().Latency)
+
+	delta := make([]counts, len(sources))
+	for i, src := range sources {
+		if src == nil {
+			continue
+		}
+		if err := src.settled(ctx, end); err != nil {
+			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, err.Error())
+			continue
+		}
+		after, err := src.read(ctx)
+		if err != nil {
+			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("reading %s after the run: %v", src, err))
+			continue
+		}
+		delta[i] = increase(before[i], after)
+	}
+	if delta[0] != nil {
+		r.ExtraLoad.Envoy = envoyLoad(delta[0], envoy.String(), o.HedgedCluster, o.UnhedgedCluster)
+	}
+	if delta[1] != nil {
+		r.ExtraLoad.Replicas = replicaLoad(delta[1], replicas.String(), r.Hedged().Sent+r.Hedged().SettleSent)
+	}
+	if post, ok := r.Arms[ArmPost]; ok {
+		r.Posts = &Posts{Sent: post.Sent + post.SettleSent}
+		if rl := r.ExtraLoad.Replicas; rl != nil {
+			r.Posts.Executed = &rl.SideEffects
+		}
+	}
+	r.Reasons = judge(r, o.Criteria)
+	r.Pass = len(r.Reasons) == 0
+	return r, nil
+}
+
+// streams are the hedged arm, the unhedged arm and the POSTs.
+func (o *Options) streams() []stream {
+	host := map[string][]string{"Host": {o.Host}}
+	bypass := map[string][]string{"Host": {o.Host}, BypassHeader: {"1"}}
+	out := []stream{{name: ArmHedged, rate: o.Rate, targets: []vegetaTarget{get(o.URL, host)}}}
+	switch o.Unhedged {
+	case ArmBypass:
+		out = append(out, stream{name: ArmBypass, rate: o.Rate, targets: []vegetaTarget{get(o.URL, bypass)}})
+	case ArmDirect:
+		direct := stream{name: ArmDirect, rate: o.Rate}
+		path := pathOf(o.URL)
+		for _, u := range o.DirectURLs {
+			direct.targets = append(direct.targets, get(strings.TrimRight(u, "/")+path, nil))
+		}
+		out = append(out, direct)
+	}
+	if o.PostRate > 0 {
+		post := vegetaTarget{Method: http.MethodPost, URL: o.URL, Body: []byte("{}"),
+			Header: map[string][]string{"Host": {o.Host}, "Content-Type": {"application/json"}}}
+		out = append(out, stream{name: ArmPost, rate: o.PostRate, targets: []vegetaTarget{post}})
+	}
+	return out
+}
+
+// pathOf is the path and query of a URL: what the direct arm requests.
+func pathOf(u string) string {
+	rest := u[strings.Index(u, "//")+2:]
+	if i := strings.Index(rest, "/"); i >= 0 {
+		return rest[i:]
+	}
+	return "/"
+}
+
+func armOf(ss []sample, rate int, settle, duration, lateAfter time.Duration) Arm {
+	settling, measured := split(ss, settle)
+	a := Arm{Latency: latencyOf(measured), Scheduled: int(float64(rate) * duration.Seconds()), Sent: len(measured), SettleSent: len(settling), Lag: lagOf(ss, lateAfter)}
+	a.Errors, a.ErrorKinds = errorsOf(measured)
+	settleErrors, settleKinds := errorsOf(settling)
+	a.SettleErrors = settleErrors
+	for k, n := range settleKinds {
+		if a.ErrorKinds == nil {
+			a.ErrorKinds = map[string]int{}
+		}
+		a.ErrorKinds[k] += n
+	}
+	if len(measured) > 1 {
+		first, last := measured[0], measured[len(measured)-1]
+		if span := (last.scheduled + last.lag) - (first.scheduled + first.lag); span > 0 {
+			a.AchievedRate = float64(len(measured)-1) / span.Seconds()
+		}
+	}
+	return a
+}
+
+func ratios(h, u Latency) map[string]float64 {
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	return map[string]float64{"p50": ratio(h.P50, u.P50), "p90": ratio(h.P90, u.P90), "p95": ratio(h.P95, u.P95), "p99": ratio(h.P99, u.P99), "p999": ratio(h.P999, u.P999)}
+}
+
+func envoyLoad(d counts, source, hedged, unhedged string) *EnvoyLoad {
+	attempts := d.sum(envoyTotal, label("envoy_cluster_name", hedged))
+	hedges := d.sum(envoyRetry, label("envoy_cluster_name", hedged))
+	e := &EnvoyLoad{Source: source, Requests: attempts - hedges, Hedges: hedges, UnhedgedRetries: d.sum(envoyRetry, label("envoy_cluster_name", unhedged))}
+	if e.Requests > 0 {
+		e.Pct = 100 * hedges / e.Requests
+	}
+	return e
+}
+
+func replicaLoad(d counts, source string, hedgedSent int) *ReplicaLoad {
+	rl := &ReplicaLoad{
+		Source:        source,
+		Requests:      d.sum(workloadRequests),
+		ExtraAttempts: d.sum(workloadAttempts) - d.sum(workloadAttempts, label("attempt", "1")),
+		SideEffects:   d.sum(workloadSideEffects),
+	}
+	if hedgedSent > 0 {
+		rl.Pct = 100 * rl.ExtraAttempts / float64(hedgedSent)
+	}
+	return rl
+}

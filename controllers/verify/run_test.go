@@ -1,0 +1,205 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package verify
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// upstream stands in for a proxy and its replicas with a known distribution:
+// every 20th bypass request takes 100ms, every hedged request is fast. Its
+// "admin" counts 4 hedges per 100 hedged requests, and its "replicas" count
+// the same attempts and one execution per POST.
+type upstream struct {
+	hedged, bypass, posts atomic.Int64
+	postDelay             time.Duration
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPost:
+		u.posts.Add(1)
+		time.Sleep(u.postDelay)
+	case r.Header.Get(BypassHeader) == "1":
+		if u.bypass.Add(1)%20 == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	default:
+		u.hedged.Add(1)
+	}
+}
+
+func (u *upstream) admin(w http.ResponseWriter, r *http.Request) {
+	if !strings.Contains(r.URL.Query().Get("filter"), "tailcut_demo_web_80") {
+		http.Error(w, "unexpected filter "+r.URL.Query().Get("filter"), http.StatusBadRequest)
+		return
+	}
+	h := u.hedged.Load()
+	hedges := h * 4 / 100
+	fmt.Fprintf(w, "# TYPE envoy_cluster_upstream_rq_total counter\n")
+	fmt.Fprintf(w, "envoy_cluster_upstream_rq_total{envoy_cluster_name=\"tailcut_demo_web_80\"} %d\n", h+hedges)
+	fmt.Fprintf(w, "envoy_cluster_upstream_rq_total{envoy_cluster_name=\"tailcut_demo_web_80_bypass\"} %d\n", u.bypass.Load()+u.posts.Load())
+	fmt.Fprintf(w, "# TYPE envoy_cluster_upstream_rq_retry counter\n")
+	fmt.Fprintf(w, "envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"tailcut_demo_web_80\"} %d\n", hedges)
+	fmt.Fprintf(w, "envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"tailcut_demo_web_80_bypass\"} 0\n")
+}
+
+func (u *upstream) metrics(w http.ResponseWriter, _ *http.Request) {
+	h := u.hedged.Load()
+	fmt.Fprintf(w, "# TYPE workload_requests_total counter\nworkload_requests_total{method=\"GET\"} %d\nworkload_requests_total{method=\"POST\"} %d\n", h+h*4/100+u.bypass.Load(), u.posts.Load())
+	fmt.Fprintf(w, "# TYPE workload_envoy_attempts_total counter\nworkload_envoy_attempts_total{attempt=\"1\"} %d\nworkload_envoy_attempts_total{attempt=\"2\"} %d\n", h+u.bypass.Load(), h*4/100)
+	fmt.Fprintf(w, "# TYPE workload_side_effects_total counter\nworkload_side_effects_total %d\n", u.posts.Load())
+}
+
+func serve(t *testing.T, u *upstream) (proxy, admin, metrics string) {
+	t.Helper()
+	p := httptest.NewServer(u)
+	a := httptest.NewServer(http.HandlerFunc(u.admin))
+	m := httptest.NewServer(http.HandlerFunc(u.metrics))
+	t.Cleanup(func() { p.Close(); a.Close(); m.Close() })
+	return p.URL, a.URL, m.URL + "/metrics"
+}
+
+func options(proxy string) Options {
+	o := Options{
+		URL: proxy + "/", Host: "web.demo", Unhedged: ArmBypass, Rate: 200, PostRate: 20,
+		Settle: 500 * time.Millisecond, Duration: 2 * time.Second,
+		Criteria: DefaultCriteria(), Limits: DefaultLimits(), BudgetPct: ptr(5.0),
+	}
+	o.HedgedCluster, o.UnhedgedCluster = ClustersOf("demo", "web", 80)
+	return o
+}
+
+// A run against a known distribution finds it: the p99 of the bypass arm is on
+// the 100ms step (5% of requests), the hedged arm is fast, the extra load is
+// the 4% the admin counts, and each POST ran once.
+func TestRunMeasuresAKnownDistribution(t *testing.T) {
+	u := &upstream{}
+	proxy, admin, metrics := serve(t, u)
+	o := options(proxy)
+	o.EnvoyAdmin, o.WorkloadMetrics = []string{admin}, []string{metrics}
+	// This test checks the figures, not the rate; TestALateGeneratorIsAnInvalidRun does.
+	o.Criteria.LateAfter = time.Second
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, b := r.Hedged(), r.Unhedged()
+	if b.P99 < 100 || h.P99 >= 50 {
+		t.Errorf("p99: bypass %.1fms (want >= 100), hedged %.1fms (want < 50)", b.P99, h.P99)
+	}
+	if h.Sent != 400 || h.SettleSent != 100 || b.Sent != 400 || h.Scheduled != 400 {
+		t.Errorf("sent %d+%d hedged, %d bypass, scheduled %d; want 400+100, 400, 400", h.Sent, h.SettleSent, b.Sent, h.Scheduled)
+	}
+	if h.AchievedRate < 190 || h.AchievedRate > 210 {
+		t.Errorf("achieved rate %.1f/s, want about 200", h.AchievedRate)
+	}
+	e := r.ExtraLoad.Envoy
+	// 500 hedged requests, 4 per 100 hedged: 20 hedges.
+	if e == nil || e.Requests != 500 || e.Hedges != 20 || e.Pct != 4 || e.UnhedgedRetries != 0 {
+		t.Errorf("Envoy's extra load: %+v, want 20 hedges for 500 requests (4%%)", e)
+	}
+	if rl := r.ExtraLoad.Replicas; rl == nil || rl.ExtraAttempts != 20 || rl.Pct != 4 {
+		t.Errorf("the replicas' extra load: %+v, want 20 extra attempts (4%%)", rl)
+	}
+	if r.Posts == nil || r.Posts.Sent != 50 || r.Posts.Executed == nil || *r.Posts.Executed != 50 {
+		t.Errorf("POSTs: %+v, want 50 sent and executed", r.Posts)
+	}
+	if !r.Pass {
+		t.Errorf("verdict FAIL: %q", r.Reasons)
+	}
+}
+
+// A generator held to one worker and one connection against a server that
+// takes 20ms cannot send 200/s: the run is invalid, and says so.
+func TestALateGeneratorIsAnInvalidRun(t *testing.T) {
+	u := &upstream{postDelay: 20 * time.Millisecond}
+	proxy, admin, _ := serve(t, u)
+	o := options(proxy)
+	o.EnvoyAdmin = []string{admin}
+	o.Rate, o.PostRate = 50, 200
+	o.Limits.MaxWorkers, o.Limits.MaxConnections = 1, 1
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := r.Arms[ArmPost]
+	if r.Pass || !strings.Contains(strings.Join(r.Reasons, "\n"), "invalid run") {
+		t.Fatalf("want an invalid run, got pass=%v %q", r.Pass, r.Reasons)
+	}
+	// 50 requests a second fit one worker at 20ms each; 200 do not.
+	if post.Lag.Late < post.Sent/2 || post.Lag.MaxMS < 100 {
+		t.Errorf("post stream: %d of %d late, max lag %.1fms; want most late by far", post.Lag.Late, post.Sent, post.Lag.MaxMS)
+	}
+}
+
+// The schedule is vegeta's own (hit n, from 0, at n+1 intervals): at 5/s, where
+// an interval is 200ms, an offset by one would put every send 200ms late. The
+// median lag is checked, not the max, which a busy machine can stretch.
+func TestTheScheduleIsTheGenerators(t *testing.T) {
+	u := &upstream{}
+	proxy, _, _ := serve(t, u)
+	out := attack(context.Background(), []stream{{name: "slow", rate: 5, targets: []vegetaTarget{get(proxy+"/", nil)}}}, 0, 2*time.Second, DefaultLimits())
+	ss := out["slow"]
+	if len(ss) != 10 {
+		t.Fatalf("sent %d, want 10", len(ss))
+	}
+	lags := make([]float64, len(ss))
+	for i, s := range ss {
+		lags[i] = float64(s.lag.Microseconds()) / 1000
+		if want := time.Duration(i+1) * 200 * time.Millisecond; s.scheduled != want {
+			t.Errorf("request %d scheduled at %s, want %s", i, s.scheduled, want)
+		}
+	}
+	sort.Float64s(lags)
+	if med := rank(lags, 50); med < 0 || med > 20 {
+		t.Errorf("median send lag %.1fms, want about 0 (lags %v)", med, lags)
+	}
+}
+
+func TestOptionsAreChecked(t *testing.T) {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{},
+		{"--url", "web:80", "--host", "x"},
+		{"--url", "http://p/", "--host", "x", "--unhedged", "direct"},
+		{"--url", "http://p/", "--host", "x", "--rate", "0"},
+		{"--url", "http://p/", "--host", "x", "--envoy-admin", "http://a"},
+	} {
+		o, _, err := parse(args, &b)
+		if err == nil {
+			err = o.check()
+		}
+		if err == nil {
+			t.Errorf("%q: want an error", args)
+		}
+	}
+	if _, _, err := parse([]string{"--record", "--url", "http://p/"}, &b); err == nil || !strings.Contains(err.Error(), "--record needs --policy") {
+		t.Errorf("--record without --policy: %v", err)
+	}
+	if code := Command(context.Background(), []string{"--url", "nope"}, &b, &b); code != ExitError {
+		t.Errorf("bad flags: exit %d, want %d", code, ExitError)
+	}
+}

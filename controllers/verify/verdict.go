@@ -1,0 +1,114 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package verify
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Criteria are the promises a run is judged by.
+type Criteria struct {
+	// MaxP99Ratio: the hedged p99 must be at most this times the unhedged p99.
+	MaxP99Ratio float64
+	// LateAfter and MaxLateFraction make a run valid: at most MaxLateFraction
+	// of any stream's requests may leave LateAfter or more behind their
+	// schedule. A generator that fell behind measured a lower rate than it
+	// claims, and often a shorter tail.
+	LateAfter       time.Duration
+	MaxLateFraction float64
+}
+
+// DefaultCriteria: hedged p99 at most half the unhedged one; a run is valid
+// while fewer than 1% of requests are sent 10ms or more late.
+func DefaultCriteria() Criteria {
+	return Criteria{MaxP99Ratio: 0.5, LateAfter: 10 * time.Millisecond, MaxLateFraction: 0.01}
+}
+
+// judge checks every promise at once and returns why the run fails; none
+// means it passes. A promise that could not be measured fails: a verdict
+// never passes on what it did not see.
+func judge(r *Report, c Criteria) []string {
+	reasons := []string{}
+	for _, name := range slices.Sorted(maps.Keys(r.Arms)) {
+		a := r.Arms[name]
+		total := a.Sent + a.SettleSent
+		if total == 0 {
+			reasons = append(reasons, fmt.Sprintf("invalid run: the %s arm sent nothing", name))
+			continue
+		}
+		if late := float64(a.Lag.Late) / float64(total); late > c.MaxLateFraction {
+			reasons = append(reasons, fmt.Sprintf("invalid run: %d of %d %s requests (%.1f%%) left %s or more behind their schedule (lag p99 %.1fms, max %.1fms): the generator could not keep %d/s; give it more CPU or raise --max-connections/--max-workers",
+				a.Lag.Late, total, name, 100*late, c.LateAfter, a.Lag.P99MS, a.Lag.MaxMS, r.RatePerArm))
+		}
+		if a.Sent < a.Scheduled*99/100 {
+			reasons = append(reasons, fmt.Sprintf("invalid run: the %s arm sent %d of %d scheduled requests", name, a.Sent, a.Scheduled))
+		}
+		if errs := a.Errors + a.SettleErrors; errs > 0 {
+			reasons = append(reasons, fmt.Sprintf("%d of %d %s requests failed (%v)", errs, total, name, a.ErrorKinds))
+		}
+	}
+	h, u := r.Hedged(), r.Unhedged()
+	switch {
+	case h.Count == 0 || u.Count == 0:
+		reasons = append(reasons, "no latency measured in one of the arms")
+	case h.P99 > c.MaxP99Ratio*u.P99:
+		reasons = append(reasons, fmt.Sprintf("hedged p99 %.1fms is not at most %g x %s p99 %.1fms (ratio %.2f)", h.P99, c.MaxP99Ratio, r.UnhedgedArm, u.P99, h.P99/u.P99))
+	}
+	reasons = append(reasons, judgeLoad(r)...)
+	return append(reasons, judgePosts(r)...)
+}
+
+func judgeLoad(r *Report) []string {
+	e, rl := r.ExtraLoad.Envoy, r.ExtraLoad.Replicas
+	if e == nil && rl == nil {
+		return []string{"extra load not measured: give --envoy-admin, --prometheus-url or --workload-metrics"}
+	}
+	if r.BudgetPct == nil {
+		return []string{"the budget is unknown: give --policy or --budget-percent"}
+	}
+	var reasons []string
+	if e != nil && e.Pct > *r.BudgetPct {
+		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% (Envoy's counters) is above the %g%% budget", e.Pct, *r.BudgetPct))
+	}
+	if rl != nil && rl.Pct > *r.BudgetPct {
+		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% (counted at the replicas) is above the %g%% budget", rl.Pct, *r.BudgetPct))
+	}
+	return reasons
+}
+
+// judgePosts: a non-idempotent request must run once. The replicas' counters
+// say so directly; Envoy's say that nothing on the unhedged route was retried.
+func judgePosts(r *Report) []string {
+	var reasons []string
+	if e := r.ExtraLoad.Envoy; e != nil && e.UnhedgedRetries > 0 {
+		reasons = append(reasons, fmt.Sprintf("%.0f requests on the unhedged route (POSTs among them) were retried", e.UnhedgedRetries))
+	}
+	p := r.Posts
+	if p == nil {
+		return reasons
+	}
+	switch {
+	case p.Executed != nil && *p.Executed > float64(p.Sent):
+		reasons = append(reasons, fmt.Sprintf("%.0f POSTs were duplicated (%d sent, %.0f executed)", *p.Executed-float64(p.Sent), p.Sent, *p.Executed))
+	case p.Executed == nil && r.ExtraLoad.Envoy == nil:
+		reasons = append(reasons, "POST duplicates not measured: give --workload-metrics, --envoy-admin or --prometheus-url")
+	}
+	return reasons
+}
