@@ -62,7 +62,7 @@ func Record(ctx context.Context, c client.Client, p *tailcutv1alpha1.HedgePolicy
 		},
 		Reason: reason, Message: msg, Type: typ, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now,
-		Source:         corev1.EventSource{Component: "tailcut-verify", Host: host},
+		Source: corev1.EventSource{Component: "tailcut-verify", Host: host},
 	}
 	return c.Create(ctx, ev)
 }
