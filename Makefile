@@ -102,6 +102,7 @@ SCENARIO ?= bimodal4
 RATE ?= 150
 SCALE_POLICIES ?= 1000
 SCALE_NAMESPACES ?= 100
+LOADGEN_RATES ?= 150,1000,5000
 
 .PHONY: demo
 demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal4 RATE=150).
@@ -118,6 +119,10 @@ tool-versions: ## Print the pinned tool versions.
 .PHONY: bench-tail
 bench-tail: ## Benchmark: every scenario with the automatic delay and a static-delay sweep; writes docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/bench -rate=$(RATE)
+
+.PHONY: bench-loadgen
+bench-loadgen: ## Benchmark: tailcut verify's generator against a no-op server at 150, 1,000 and 5,000/s (rate, send lag, CPU); writes its section of docs/benchmarks.md.
+	$(GO) run ./test/localstack/loadgenbench -rates=$(LOADGEN_RATES)
 
 .PHONY: bench-scale
 bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and Envoy; writes its section of docs/benchmarks.md.

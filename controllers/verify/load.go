@@ -243,6 +243,13 @@ func errorsOf(ss []sample) (int, map[string]int) {
 	return n, kinds
 }
 
+// Stream sends GETs of url at rate for duration, alone, and reports them as an
+// arm: what `make bench-loadgen` measures the generator with.
+func Stream(ctx context.Context, url string, rate int, duration time.Duration, lim Limits, lateAfter time.Duration) Arm {
+	samples := attack(ctx, []stream{{name: "load", rate: rate, targets: []vegetaTarget{get(url, nil)}}}, 0, duration, lim)
+	return armOf(samples["load"], rate, 0, duration, lateAfter)
+}
+
 // split cuts a stream's samples at the end of the settling phase, by their
 // place in the schedule (not by when they happened to be sent). Hits fall at
 // the end of each interval, so the settling phase is (0, settle].

@@ -18,26 +18,36 @@ package localstack
 
 import "strings"
 
-// docs/benchmarks.md has two writers: make bench-tail writes the file and
-// keeps what follows its hand-written reading; make bench-scale writes only
-// between these markers, which sit at the end of the file.
+// docs/benchmarks.md has several writers: make bench-tail writes the file and
+// keeps what follows its hand-written reading; make bench-scale and make
+// bench-loadgen write only between their own markers, which sit at the end of
+// the file.
 const (
 	ScaleBegin = "<!-- make bench-scale: begin -->"
 	ScaleEnd   = "<!-- make bench-scale: end -->"
 )
 
+func markers(target string) (begin, end string) {
+	return "<!-- make " + target + ": begin -->", "<!-- make " + target + ": end -->"
+}
+
 // ReplaceScaleSection puts section between the scale markers of doc,
 // appending them when doc has none.
-func ReplaceScaleSection(doc, section string) string {
-	block := ScaleBegin + "\n" + strings.TrimRight(section, "\n") + "\n" + ScaleEnd + "\n"
-	i, j := strings.Index(doc, ScaleBegin), strings.Index(doc, ScaleEnd)
+func ReplaceScaleSection(doc, section string) string { return ReplaceSection(doc, "bench-scale", section) }
+
+// ReplaceSection puts section between the markers of the make target that
+// writes it, appending them when doc has none.
+func ReplaceSection(doc, target, section string) string {
+	begin, end := markers(target)
+	block := begin + "\n" + strings.TrimRight(section, "\n") + "\n" + end + "\n"
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
 		if doc != "" && !strings.HasSuffix(doc, "\n\n") {
 			doc = strings.TrimRight(doc, "\n") + "\n\n"
 		}
 		return doc + block
 	}
-	return doc[:i] + block + strings.TrimLeft(doc[j+len(ScaleEnd):], "\n")
+	return doc[:i] + block + strings.TrimLeft(doc[j+len(end):], "\n")
 }
 
 // ScaleSection is doc's scale section with its markers, "" when it has none.
