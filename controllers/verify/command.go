@@ -224,7 +224,15 @@ func fromPolicy(ctx context.Context, c client.Client, name string, o *Options) (
 	if o.Host == "" {
 		o.Host = p.Spec.TargetRef.Name + "." + ns
 	}
-	if o.HedgedCluster == "" {
+	if p.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishIstio && o.HedgedCluster == "" {
+		// A sidecar's outbound cluster carries the hedged and the unhedged
+		// routes alike: its counters cannot tell hedges from other retries.
+		if len(o.EnvoyAdmin) > 0 || o.PrometheusURL != "" {
+			o.NotMeasured = append(o.NotMeasured, "Envoy's counters: on Istio the Service's outbound cluster serves hedged and unhedged requests alike; the extra load comes from the replicas' counters (--workload-metrics) only")
+		}
+		o.EnvoyAdmin, o.PrometheusURL = nil, ""
+	}
+	if o.HedgedCluster == "" && p.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishIstio {
 		o.HedgedCluster, o.UnhedgedCluster = ClustersOf(ns, p.Spec.TargetRef.Name, p.Spec.TargetRef.Port)
 	}
 	if o.BudgetPct == nil {

@@ -70,6 +70,9 @@ type Options struct {
 	EnvoyAdmin      []string
 	PrometheusURL   string
 	WorkloadMetrics []string
+	// NotMeasured says why a source of the extra load was not read; it goes
+	// to the report.
+	NotMeasured []string
 	// Policy and Scenario are copied to the report.
 	Policy, Scenario string
 	// Log gets progress lines (nil: none).
@@ -170,6 +173,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		URL: o.URL, Host: o.Host, Policy: o.Policy, Scenario: o.Scenario, Generator: Generator(), UnhedgedArm: o.Unhedged,
 		RatePerArm: o.Rate, Duration: o.Duration.String(), Settle: o.Settle.String(),
 		Arms: map[string]Arm{}, BudgetPct: o.BudgetPct, MaxP99Ratio: o.Criteria.MaxP99Ratio,
+		ExtraLoad: ExtraLoad{Missing: append([]string(nil), o.NotMeasured...)},
 	}
 	for _, st := range streams {
 		r.Arms[st.name] = armOf(samples[st.name], st.rate, o.Settle, o.Duration, o.Criteria.LateAfter)
