@@ -71,7 +71,7 @@ func Host(service, namespace string) string { return service + "." + namespace +
 var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Service: match.pathPrefix must be /")
 
 // EnvoyFilter renders a plan as the EnvoyFilter of its policy (namespace and
-// name from the plan, "ns/name"). Three patches on the Service's virtual host
+// name from the plan, "ns/name"). Four patches on the Service's virtual host
 // (<svc>.<ns>.svc.cluster.local:<port>) and one on the listeners:
 //
 //   - MERGE on every routing route (action ROUTE): the hedged retry policy
@@ -89,6 +89,14 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     it, Envoy 1.40 still sent a POST's second attempt, without its body), and
 //     istiod applies MERGE before INSERT, so the inserted route keeps no
 //     hedge.
+//   - INSERT_FIRST the bypass route (<ns>/<policy>/bypass, as on tailcut's own
+//     proxy): every request carrying plan.BypassHeader: 1, whatever its
+//     method, to the same cluster with the same retries as the unhedged route
+//     and no hedge and no account metadata. tailcut verify's reference arm
+//     takes it through the client's own sidecar. istiod applies the
+//     INSERT_FIRSTs in the order of the patches, each at the front, so this
+//     one, after the unhedged route's, ends up first: the sidecar's routes are
+//     bypass, unhedged, then istiod's (hedged) routes.
 //   - MERGE on the virtual host: attempt counts on requests (backends count
 //     hedges) and on responses (the account gives back unsent hedges).
 //   - INSERT_BEFORE the router of every HTTP connection manager in the
@@ -151,6 +159,10 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	if err != nil {
 		return nil, err
 	}
+	bypass, err := asMap(bypassRoute(p, host))
+	if err != nil {
+		return nil, err
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{"configPatches": []any{
 			map[string]any{
@@ -162,6 +174,13 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 				"applyTo": "HTTP_ROUTE",
 				"match":   match("ANY"),
 				"patch":   map[string]any{"operation": "INSERT_FIRST", "value": unhedged},
+			},
+			// After the unhedged route's INSERT_FIRST, so it is inserted
+			// in front of it (see EnvoyFilter).
+			map[string]any{
+				"applyTo": "HTTP_ROUTE",
+				"match":   match("ANY"),
+				"patch":   map[string]any{"operation": "INSERT_FIRST", "value": bypass},
 			},
 			map[string]any{
 				"applyTo": "VIRTUAL_HOST",
@@ -200,7 +219,7 @@ func routeAction(p plan.RoutePlan) *routev3.RouteAction {
 const UnhedgedRouteName = "tailcut-unhedged"
 
 // unhedgedRoute takes every method but the plan's to the Service's cluster,
-// as istiod names it, with no timeout (as istiod sets none).
+// unhedged.
 func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 	return &routev3.Route{
 		Name: UnhedgedRouteName,
@@ -214,11 +233,52 @@ func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 				InvertMatch: true,
 			}},
 		},
-		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", p.Port, host)},
-			Timeout:          durationpb.New(0),
-			RetryPolicy:      &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream", NumRetries: wrapperspb.UInt32(2)},
-		}},
+		Action: &routev3.Route_Route{Route: unhedgedAction(p, host)},
+	}
+}
+
+// BypassRouteName names the bypass route of a policy ("ns/name"), as on
+// tailcut's own proxy.
+func BypassRouteName(policy string) string { return policy + "/bypass" }
+
+// bypassRoute takes every request carrying plan.BypassHeader: 1 to the
+// Service's cluster, unhedged, as the unhedged route does.
+//
+// The estimator does not tell this traffic apart. On a mesh it reads Istio's
+// istio_request_duration_milliseconds (reporter="source", the Service as
+// destination_service, the policy's namespace as source_workload_namespace)
+// and the sidecars' upstream_rq_retry and upstream_rq_total of
+// outbound|<port>||<host> (controllers/estimate/query.go). Neither has a
+// route label, and istiod gives the Service's port one cluster, which this
+// route, the unhedged route and the hedged routes share: bypass requests sent
+// from the policy's namespace (tailcut verify's reference arm) are counted in
+// all three, as the unhedged methods already are. Unlike tailcut's own proxy,
+// the mesh has no bypass cluster to keep them apart.
+func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
+	return &routev3.Route{
+		Name: BypassRouteName(p.Name),
+		Match: &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
+			Headers: []*routev3.HeaderMatcher{{
+				Name: plan.BypassHeader,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "1"},
+				}},
+			}},
+		},
+		Action: &routev3.Route_Route{Route: unhedgedAction(p, host)},
+	}
+}
+
+// unhedgedAction is the action of the routes tailcut inserts: the Service's
+// cluster, as istiod names it, with no timeout (as istiod sets none), retrying
+// only what never reached the Service (connect-failure, refused-stream), and
+// no hedge.
+func unhedgedAction(p plan.RoutePlan, host string) *routev3.RouteAction {
+	return &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", p.Port, host)},
+		Timeout:          durationpb.New(0),
+		RetryPolicy:      &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream", NumRetries: wrapperspb.UInt32(2)},
 	}
 }
 

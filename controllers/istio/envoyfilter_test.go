@@ -125,8 +125,8 @@ func TestMethodsNotHedgedGetTheirOwnRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	patches := filter.Object["spec"].(map[string]any)["configPatches"].([]any)
-	if len(patches) != 4 {
-		t.Fatalf("%d patches, want the route MERGE, the INSERT_FIRST, the virtual host MERGE and the hedge account", len(patches))
+	if len(patches) != 5 {
+		t.Fatalf("%d patches, want the route MERGE, the two INSERT_FIRSTs, the virtual host MERGE and the hedge account", len(patches))
 	}
 	insert := patches[1].(map[string]any)["patch"].(map[string]any)
 	b, err := yaml.Marshal(insert)
@@ -141,6 +141,45 @@ func TestMethodsNotHedgedGetTheirOwnRoute(t *testing.T) {
 	}
 	if strings.Contains(s, "hedge_policy") || strings.Contains(s, "per_try_timeout") {
 		t.Errorf("the route for the methods not hedged hedges:\n%s", s)
+	}
+}
+
+// TestBypassRouteIsInsertedLast: requests with the bypass header, GETs too,
+// take a route without a hedge. istiod puts each INSERT_FIRST at the front in
+// the order of the patches, so the bypass route's patch comes after the
+// unhedged route's and ends up first, ahead of the hedged routes.
+// TestIstiodMergesTheHedgeIntoEnvoy checks the order istiod renders.
+func TestBypassRouteIsInsertedLast(t *testing.T) {
+	p, ctx := loadGolden(t, filepath.Join("testdata", "in", "sidecar-get.yaml"))
+	filter, err := EnvoyFilter(p, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patches := filter.Object["spec"].(map[string]any)["configPatches"].([]any)
+	var inserts []string
+	for _, cp := range patches {
+		b, err := yaml.Marshal(cp.(map[string]any)["patch"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "operation: INSERT_FIRST") {
+			inserts = append(inserts, string(b))
+		}
+	}
+	if len(inserts) != 2 || !strings.Contains(inserts[0], "name: "+UnhedgedRouteName) {
+		t.Fatalf("want the unhedged route's INSERT_FIRST, then the bypass route's; got %d:\n%s", len(inserts), strings.Join(inserts, "---\n"))
+	}
+	s := inserts[1]
+	for _, want := range []string{"name: shop/api/bypass", "name: " + plan.BypassHeader, "exact: \"1\"", "cluster: outbound|8080||api.shop.svc.cluster.local",
+		"retry_on: connect-failure,refused-stream", "num_retries: 2"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the bypass route lacks %q:\n%s", want, s)
+		}
+	}
+	for _, not := range []string{"hedge_policy", "per_try_timeout", "metadata", ":method"} {
+		if strings.Contains(s, not) {
+			t.Errorf("the bypass route has %q:\n%s", not, s)
+		}
 	}
 }
 
