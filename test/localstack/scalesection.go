@@ -33,7 +33,9 @@ func markers(target string) (begin, end string) {
 
 // ReplaceScaleSection puts section between the scale markers of doc,
 // appending them when doc has none.
-func ReplaceScaleSection(doc, section string) string { return ReplaceSection(doc, "bench-scale", section) }
+func ReplaceScaleSection(doc, section string) string {
+	return ReplaceSection(doc, "bench-scale", section)
+}
 
 // ReplaceSection puts section between the markers of the make target that
 // writes it, appending them when doc has none.
