@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -32,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
@@ -46,20 +46,34 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The metrics server main.go configures, on port 0: the manager builds
+	// its own from ctrl.Options.Metrics and tells no one the port it got, so
+	// the test builds it, adds it to the manager and asks it.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: envtestutil.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: envtestutil.Scheme(), Metrics: metricsOptions(addr, true), HealthProbeBindAddress: "0"})
+	srv, err := metricsserver.NewServer(metricsOptions("127.0.0.1:0", true), cfg, mgr.GetHTTPClient())
 	if err != nil {
+		t.Fatal(err)
+	}
+	bound, ok := srv.(interface{ GetBindAddr() string })
+	if !ok {
+		t.Fatalf("the metrics server (%T) does not tell the address it bound", srv)
+	}
+	if err := mgr.Add(srv); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(50 * time.Millisecond) {
+		if addr = bound.GetBindAddr(); addr == "" && time.Now().After(deadline) {
+			t.Fatal("the metrics server did not listen within 30s")
+		}
+	}
 
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	token := func(name string) string {

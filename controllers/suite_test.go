@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
@@ -57,6 +60,8 @@ var (
 	cfg       *rest.Config
 	k8s       client.Client
 	publisher = newRecordingPublisher()
+	// reconciles can hold the reconciles as they begin.
+	reconciles = &turnstile{}
 	// sampled carries the sampler's evaluations; tests add their own.
 	sampled = make(chan event.GenericEvent, 1024)
 )
@@ -128,7 +133,7 @@ func run(m *testing.M) int {
 	}
 	counting := &replicas.Counting{Publisher: publisher, Reader: mgr.GetCache(), Namespace: reportNamespace, Replica: "leader", TTL: reportTTL, Log: ctrl.Log.WithName("replicas")}
 	r := &HedgePolicyReconciler{
-		Client:        mgr.GetClient(),
+		Client:        turnstileClient{Client: mgr.GetClient(), turnstile: reconciles},
 		Recorder:      mgr.GetEventRecorder("tailcut"),
 		Notifications: []<-chan event.GenericEvent{watcher.Events(), publisher.events},
 		Evaluations:   []<-chan event.GenericEvent{sampled},
@@ -209,13 +214,11 @@ type recordingPublisher struct {
 	status    map[types.NamespacedName]publish.ProgramStatus
 	// events wakes the reconciler, as the xDS server does on an ACK.
 	events chan event.GenericEvent
-	// gate, while set, holds every Publish until it is closed. While
-	// recording, order lists the policies published, in order.
-	gate      chan struct{}
-	recording bool
-	order     []types.NamespacedName
-	// held counts the Publish calls waiting at the gate.
-	held int
+	// gate, while set, holds every Publish until it is closed; a send on it
+	// lets one go.
+	gate chan struct{}
+	// held counts the Publish calls waiting at the gate, by policy.
+	held map[types.NamespacedName]int
 }
 
 func newRecordingPublisher() *recordingPublisher {
@@ -225,6 +228,7 @@ func newRecordingPublisher() *recordingPublisher {
 		removed:   map[types.NamespacedName]int{},
 		status:    map[types.NamespacedName]publish.ProgramStatus{},
 		events:    make(chan event.GenericEvent, 16),
+		held:      map[types.NamespacedName]int{},
 	}
 }
 
@@ -245,19 +249,19 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 	gate := p.gate
 	p.mu.Unlock()
 	if gate != nil {
+		key := client.ObjectKeyFromObject(owner)
 		p.mu.Lock()
-		p.held++
+		p.held[key]++
 		p.mu.Unlock()
 		<-gate
 		p.mu.Lock()
-		p.held--
+		if p.held[key]--; p.held[key] == 0 {
+			delete(p.held, key)
+		}
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.recording {
-		p.order = append(p.order, client.ObjectKeyFromObject(owner))
-	}
 	p.published[client.ObjectKeyFromObject(owner)] = rp
 	p.calls[client.ObjectKeyFromObject(owner)]++
 	return nil
@@ -267,7 +271,18 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 func (p *recordingPublisher) waiting() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.held
+	n := 0
+	for _, c := range p.held {
+		n += c
+	}
+	return n
+}
+
+// heldAtGate says whether a Publish of the policy waits at the gate.
+func (p *recordingPublisher) heldAtGate(key types.NamespacedName) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[key] > 0
 }
 
 func (p *recordingPublisher) publishes(key types.NamespacedName) int {
@@ -307,6 +322,94 @@ func (p *recordingPublisher) removals(key types.NamespacedName) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.removed[key]
+}
+
+// turnstileClient is the reconciler's client. A reconcile's first call is
+// the Get of its policy, which the turnstile may hold.
+type turnstileClient struct {
+	client.Client
+	turnstile *turnstile
+}
+
+func (c turnstileClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*tailcutv1alpha1.HedgePolicy); ok {
+		c.turnstile.pass(key)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// turnstile, while closed, holds every reconcile as it begins and lists the
+// policies held, in order.
+type turnstile struct {
+	mu     sync.Mutex
+	closed chan struct{} // nil while open
+	held   []types.NamespacedName
+}
+
+func (ts *turnstile) pass(key types.NamespacedName) {
+	ts.mu.Lock()
+	closed := ts.closed
+	if closed != nil {
+		ts.held = append(ts.held, key)
+	}
+	ts.mu.Unlock()
+	if closed != nil {
+		<-closed
+	}
+}
+
+// close holds the reconciles that begin from now on.
+func (ts *turnstile) close() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed == nil {
+		ts.closed, ts.held = make(chan struct{}), nil
+	}
+}
+
+// holding is the policies held so far, in the order their reconciles began.
+func (ts *turnstile) holding() []types.NamespacedName {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return slices.Clone(ts.held)
+}
+
+// open lets the held reconciles go on, and every later one pass.
+func (ts *turnstile) open() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed != nil {
+		close(ts.closed)
+		ts.closed = nil
+	}
+}
+
+// queueDepth is how many requests the reconciler's work queue (named
+// hedgepolicy in SetupWithManager) holds ready, by priority:
+// controller-runtime's workqueue_depth gauge, which counts neither the
+// requests being reconciled nor those waiting out a RequeueAfter.
+func queueDepth(t *testing.T) map[int]int {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := map[int]int{}
+	for _, mf := range mfs {
+		if mf.GetName() != "workqueue_depth" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if p, err := strconv.Atoi(labels["priority"]); err == nil && labels["name"] == "hedgepolicy" {
+				depth[p] += int(m.GetGauge().GetValue())
+			}
+		}
+	}
+	return depth
 }
 
 // eventually polls cond until it returns nil or the generous timeout passes.

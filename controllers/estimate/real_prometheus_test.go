@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // TestRealPrometheus closes the loop through a real Prometheus, in real time:
@@ -262,22 +264,30 @@ func (l *queryLog) queries() []string {
 	return append([]string(nil), l.seen...)
 }
 
-// startPrometheus runs the server on a free 127.0.0.1 port with a temporary
-// config and storage, and stops it by PID when the test ends.
-func startPrometheus(t *testing.T, bin, target string) string {
+// startPrometheus runs the server on a reserved 127.0.0.1 port with a temporary
+// config and storage, and stops it by PID when the test ends. It scrapes the
+// targets' /metrics every second, as the job envoy.
+func startPrometheus(t *testing.T, bin string, targets ...string) string {
+	t.Helper()
+	return startPrometheusAt(t, bin, "/metrics", targets...)
+}
+
+// startPrometheusAt is startPrometheus for targets that serve their metrics
+// at path (a real Envoy: /stats/prometheus).
+func startPrometheusAt(t *testing.T, bin, path string, targets ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: envoy\n    static_configs:\n      - targets: [%q]\n", target)
+	quoted := make([]string, len(targets))
+	for i, target := range targets {
+		quoted[i] = strconv.Quote(target)
+	}
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: envoy\n    metrics_path: %q\n    static_configs:\n      - targets: [%s]\n",
+		path, strings.Join(quoted, ", "))
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.Port(t)))
 
 	var logs bytes.Buffer
 	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),

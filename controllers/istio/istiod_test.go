@@ -53,6 +53,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // replica is a backend that counts what reaches it: attempts by method and
@@ -104,16 +105,6 @@ func maps(m map[string]int) map[string]int {
 		c[k] = v
 	}
 	return c
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // run starts a process for the test, logging to dir/name.log, and stops it
@@ -175,8 +166,9 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 // only: upstream Envoy cannot load istiod's clusters (they carry the
 // Istio-only istio.metadata_exchange), so the Service's cluster is static,
 // named as istiod names it, with the two replicas as endpoints. filters go
-// before the router, as JSON objects (HTTP filters istiod rendered).
-func sidecarBootstrap(adminPort, listenPort, istiodGRPC int, routeConfig, cluster string, filters []string, replicas ...int) string {
+// before the router, as JSON objects (HTTP filters istiod rendered). The
+// admin interface binds port 0: --admin-address-path says where it is.
+func sidecarBootstrap(listenPort, istiodGRPC int, routeConfig, cluster string, filters []string, replicas ...int) string {
 	var eps, fs strings.Builder
 	for _, p := range replicas {
 		fmt.Fprintf(&eps, "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}\n", p)
@@ -189,7 +181,7 @@ func sidecarBootstrap(adminPort, listenPort, istiodGRPC int, routeConfig, cluste
   cluster: client.demo
   metadata: {NAMESPACE: demo, CLUSTER_ID: Kubernetes, ISTIO_VERSION: "1.31.0", LABELS: {app: client}}
 admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
 dynamic_resources:
   ads_config:
     api_type: GRPC
@@ -228,7 +220,7 @@ static_resources:
       cluster_name: %q
       endpoints:
       - lb_endpoints:
-%s`, adminPort, listenPort, routeConfig, fs.String(), istiodGRPC, cluster, cluster, eps.String())
+%s`, listenPort, routeConfig, fs.String(), istiodGRPC, cluster, cluster, eps.String())
 }
 
 // sendTo sends n requests to an Envoy listener with the Service's Host
@@ -416,7 +408,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 
 	mesh := filepath.Join(dir, "mesh.yaml")
-	httpPort, grpcPort, monPort, ctrlzPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	httpPort, grpcPort, monPort, ctrlzPort := harness.Port(t), harness.Port(t), harness.Port(t), harness.Port(t)
 	if err := os.WriteFile(mesh, []byte(fmt.Sprintf("rootNamespace: istio-system\ntrustDomain: cluster.local\ndefaultConfig: {discoveryAddress: 127.0.0.1:%d}\n", grpcPort)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -441,17 +433,18 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 
-	adminPort, listenPort := freePort(t), freePort(t)
-	boot := filepath.Join(dir, "envoy.yaml")
+	listenPort := harness.Port(t)
+	boot, adminPath := filepath.Join(dir, "envoy.yaml"), filepath.Join(dir, "envoy-admin-address")
 	cluster := fmt.Sprintf("outbound|%d||%s", port, host)
-	if err := os.WriteFile(boot, []byte(sidecarBootstrap(adminPort, listenPort, grpcPort, strconv.Itoa(port), cluster, nil, slow.port(), fast.port())), 0o600); err != nil {
+	if err := os.WriteFile(boot, []byte(sidecarBootstrap(listenPort, grpcPort, strconv.Itoa(port), cluster, nil, slow.port(), fast.port())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, "envoy", nil, envoy, "-c", boot, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
+	run(t, dir, "envoy", nil, envoy, "-c", boot, "--admin-address-path", adminPath, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
+	admin := harness.AddressFromFile(t, adminPath, 60*time.Second)
 
 	// The route Envoy holds for the Service's virtual host, with its version.
 	routes := func() (string, []map[string]any) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/config_dump?resource=dynamic_route_configs", adminPort))
+		resp, err := http.Get("http://" + admin + "/config_dump?resource=dynamic_route_configs")
 		if err != nil {
 			return "", nil
 		}
@@ -523,6 +516,12 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the hedge in Envoy's route", hedged("0.020s"))
 	_, after := routes()
 	t.Logf("in Envoy %.1f s after the EnvoyFilter was written; the routes Envoy holds:\n%s", time.Since(start).Seconds(), compact(after))
+	// istiod's order: the bypass route, the unhedged route, then its own,
+	// hedged, routes.
+	if len(after) < 3 || after[0]["name"] != BypassRouteName(rp.Name) || after[1]["name"] != UnhedgedRouteName ||
+		strings.Contains(compact(after[0]), "hedge_policy") || !strings.Contains(compact(after[len(after)-1]), "hedge_policy") {
+		t.Errorf("want %s, then %s, then the hedged routes; got %s", BypassRouteName(rp.Name), UnhedgedRouteName, compact(after))
+	}
 
 	p99, att, _ := measure("hedged", http.MethodGet, 100)
 	if p99 > 120*time.Millisecond || p99 > baseP99/2 {
@@ -534,6 +533,30 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	_, att, exec := measure("POST through the hedged virtual host", http.MethodPost, 40)
 	if exec["POST"] != 40 || att["fast POST/2"]+att["slow POST/2"] != 0 {
 		t.Errorf("40 POSTs: %d executions, attempts %v; want each executed once and never hedged", exec["POST"], att)
+	}
+	// GETs with the bypass header take the bypass route: the ones that meet
+	// the slow replica wait for it, never hedged.
+	slow.reset()
+	fast.reset()
+	for i := range 10 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/item/%d", listenPort, i), nil)
+		req.Host = fmt.Sprintf("%s:%d", host, port)
+		req.Header.Set(plan.BypassHeader, "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("x-envoy-attempt-count") != "1" {
+			t.Errorf("bypass GET: %s, x-envoy-attempt-count %q; want 200 after one attempt", resp.Status, resp.Header.Get("x-envoy-attempt-count"))
+		}
+	}
+	sa, _ := slow.counts()
+	fa, _ := fast.counts()
+	t.Logf("10 bypass GETs: slow replica attempts %v; fast replica attempts %v", sa, fa)
+	if sa["GET/1"] == 0 || len(sa) != 1 || len(fa) > 1 || fa["GET/2"] != 0 {
+		t.Errorf("10 bypass GETs: want some at the slow replica, and only first attempts (never hedged)")
 	}
 
 	// The hedge account. istiod puts the policy's Lua filter before the
@@ -565,9 +588,9 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adminPort2, listenPort2 := freePort(t), freePort(t)
+	listenPort2 := harness.Port(t)
 	boot2 := filepath.Join(dir, "envoy-account.yaml")
-	if err := os.WriteFile(boot2, []byte(sidecarBootstrap(adminPort2, listenPort2, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, slow.port(), fast.port())), 0o600); err != nil {
+	if err := os.WriteFile(boot2, []byte(sidecarBootstrap(listenPort2, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, slow.port(), fast.port())), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	run(t, dir, "envoy-account", nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
@@ -597,7 +620,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	waitUntil(t, 30*time.Second, "istiod's own route back in Envoy", func() (bool, string) {
 		v, rs := routes()
 		s := compact(rs)
-		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName), "version " + v + ": " + s
+		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName) && !strings.Contains(s, BypassRouteName(rp.Name)), "version " + v + ": " + s
 	})
 }
 

@@ -209,9 +209,9 @@ func workloadMetrics(urls []string, client *http.Client) scrapeSource {
 // promSource reads the same Envoy counters from Prometheus, one series per
 // proxy (every proxy Prometheus scrapes, wherever it runs).
 type promSource struct {
-	api      promv1.API
-	selector string
-	base     string
+	api               promv1.API
+	selector, scrapes string
+	base              string
 }
 
 func prometheusCounters(base string, clusters []string) (promSource, error) {
@@ -219,8 +219,15 @@ func prometheusCounters(base string, clusters []string) (promSource, error) {
 	if err != nil {
 		return promSource{}, fmt.Errorf("prometheus URL %q: %w", base, err)
 	}
-	sel := fmt.Sprintf(`{__name__=~"%s|%s",envoy_cluster_name=~"%s"}`, envoyTotal, envoyRetry, strings.Join(clusters, "|"))
-	return promSource{api: promv1.NewAPI(c), selector: sel, base: base}, nil
+	names := strings.Join(clusters, "|")
+	return promSource{
+		api:      promv1.NewAPI(c),
+		selector: fmt.Sprintf(`{__name__=~"%s|%s",envoy_cluster_name=~"%s"}`, envoyTotal, envoyRetry, names),
+		// One metric: timestamp() drops the name, and two metrics' series
+		// would then clash. Both come from the same scrape.
+		scrapes: fmt.Sprintf(`timestamp(%s{envoy_cluster_name=~"%s"})`, envoyTotal, names),
+		base:    base,
+	}, nil
 }
 
 func (p promSource) String() string { return p.base }
@@ -263,7 +270,7 @@ func (p promSource) settled(ctx context.Context, t time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	for {
-		vec, err := p.vector(ctx, "timestamp("+p.selector+")")
+		vec, err := p.vector(ctx, p.scrapes)
 		if err == nil && len(vec) > 0 {
 			oldest := float64(vec[0].Value)
 			for _, s := range vec {
@@ -273,9 +280,12 @@ func (p promSource) settled(ctx context.Context, t time.Time) error {
 				return nil
 			}
 		}
+		if err == nil && len(vec) == 0 {
+			err = fmt.Errorf("no series answer %s: does it scrape the proxies?", p.scrapes)
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("prometheus %s had not scraped every proxy since the run ended (%v)", p.base, err)
+			return fmt.Errorf("prometheus %s had not scraped every proxy since the run ended: %v", p.base, err)
 		case <-time.After(2 * time.Second):
 		}
 	}

@@ -21,11 +21,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // upstream stands in for a proxy and its replicas with a known distribution:
@@ -52,7 +55,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *upstream) admin(w http.ResponseWriter, r *http.Request) {
-	if !strings.Contains(r.URL.Query().Get("filter"), "tailcut_demo_web_80") {
+	if f := r.URL.Query().Get("filter"); f != "" && !strings.Contains(f, "tailcut_demo_web_80") {
 		http.Error(w, "unexpected filter "+r.URL.Query().Get("filter"), http.StatusBadRequest)
 		return
 	}
@@ -201,5 +204,33 @@ func TestOptionsAreChecked(t *testing.T) {
 	}
 	if code := Command(context.Background(), []string{"--url", "nope"}, &b, &b); code != ExitError {
 		t.Errorf("bad flags: exit %d, want %d", code, ExitError)
+	}
+}
+
+// Through a real Prometheus scraping the "admin" as a proxy: the run waits
+// until Prometheus has scraped past its end, then reads each series' increase.
+func TestRunReadsEnvoyThroughPrometheus(t *testing.T) {
+	u := &upstream{}
+	proxy, admin, _ := serve(t, u)
+	adminURL, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := harness.StartPrometheus(t, "/stats", adminURL.Host)
+	o := options(proxy)
+	o.PrometheusURL = prom
+	o.Criteria.LateAfter = time.Second
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := r.ExtraLoad.Envoy
+	if e == nil {
+		t.Fatalf("Envoy's counters not read: %q", r.ExtraLoad.Missing)
+	}
+	// 500 hedged requests in the run, 4 per 100 hedged; the scrape before the
+	// run may already hold some of the settling phase's first requests.
+	if e.Requests < 450 || e.Requests > 500 || e.Pct < 3.5 || e.Pct > 4.5 || e.UnhedgedRetries != 0 {
+		t.Errorf("Envoy's extra load through Prometheus: %+v, want about 20 hedges for 500 requests (4%%)", e)
 	}
 }

@@ -44,6 +44,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // slowDelay is how long the slow backend takes; hedging must hide it.
@@ -91,16 +92,6 @@ func (b *backend) endpoint(t *testing.T) plan.Endpoint {
 	}
 	p, _ := strconv.Atoi(port)
 	return plan.Endpoint{Address: host, Port: int32(p)}
-}
-
-func freePort(t *testing.T) uint32 {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint32(l.Addr().(*net.TCPAddr).Port)
 }
 
 var envoyCount atomic.Int32
@@ -284,7 +275,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	defer cancel()
 
 	slow, fast1, fast2 := newBackend(t, slowDelay), newBackend(t, 0), newBackend(t, 0)
-	listenPort, adminPort := freePort(t), freePort(t)
+	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 
 	srv, addr, srvCtx := startServer(t, ctx, listenPort)
 	var eventsSeen atomic.Int64
@@ -606,7 +597,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 	t.Parallel()
 	bin := envoyBin(t)
-	listenPort, adminPort := freePort(t), freePort(t)
+	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	srv := NewServer(ServerOptions{
 		Address:   "127.0.0.1:0",
 		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},

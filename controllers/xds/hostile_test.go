@@ -32,6 +32,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // attemptLog is an upstream that records every attempt it gets, by the
@@ -197,7 +198,7 @@ func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), boots
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	listenPort, adminPort := freePort(t), freePort(t)
+	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	srv, addr, _ := startServer(t, ctx, listenPort)
 
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
@@ -325,7 +326,7 @@ func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
 // it, and Envoy keeps serving.
 func TestStatsListenerServesOnlyStats(t *testing.T) {
 	up := newAttemptLog(t)
-	statsPort, adminPort := freePort(t), freePort(t)
+	statsPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond, func(o *BootstrapOptions) {
 		o.AdminAddress, o.AdminPort, o.StatsAddress, o.StatsPort = "127.0.0.1", adminPort, "127.0.0.1", statsPort
 	})

@@ -37,6 +37,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // testCA signs certificates for the mutual TLS tests.
@@ -116,7 +117,7 @@ func TestXDSMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := newAttemptLog(t)
-	listenPort := freePort(t)
+	listenPort := uint32(harness.Port(t))
 	srv, addr, _ := startServer(t, ctx, listenPort, func(o *ServerOptions) { o.TLS = serverTLS })
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
 	web := plan.RoutePlan{
@@ -134,7 +135,7 @@ func TestXDSMutualTLS(t *testing.T) {
 
 	envoy := func(name string, files TLSFiles, listener uint32) uint32 {
 		t.Helper()
-		admin := freePort(t)
+		admin := uint32(harness.Port(t))
 		boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: name, AdminPort: admin, ListenerPort: listener, TLS: files})
 		if err != nil {
 			t.Fatal(err)

@@ -38,6 +38,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // load sends ordinary GETs through Envoy at a fixed rate and keeps every
@@ -281,8 +282,7 @@ func TestChaosLeaderFailover(t *testing.T) {
 // take-over time, counted from the signal.
 func leaderFailover(t *testing.T, stop func(*Stack) (time.Duration, error), check func(exited, tookOver time.Duration)) {
 	s, ctx := startStackWithin(t, "bimodal", 10*time.Minute, func(o *Options) { o.LeaderElect = true })
-	free := freePorts(t)
-	rp := ReplicaPorts{XDS: free.XDS, Metrics: free.Metrics, Probe: free.Probe, Listener: free.Listener, Admin: free.Admin}
+	rp := ReplicaPorts{XDS: harness.Port(t), Metrics: harness.Port(t), Probe: harness.Port(t), Listener: harness.Port(t), Admin: harness.Port(t)}
 	if _, err := s.ApplyPolicy(ctx, func(spec *tailcutv1alpha1.HedgePolicySpec) {
 		spec.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: &metav1.Duration{Duration: 20 * time.Millisecond}}
 	}); err != nil {

@@ -22,7 +22,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,22 +37,13 @@ import (
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
-// freePorts picks loopback ports nobody listens on, so the e2e runs beside a demo.
+// freePorts reserves loopback ports through test/harness, so the e2e runs beside a demo
+// and other tests.
 func freePorts(t *testing.T) Ports {
 	t.Helper()
-	var ls []net.Listener
-	next := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	p := Ports{Listener: next(), Admin: next(), XDS: next(), Prometheus: next(), Metrics: next(), Probe: next(),
-		Workloads: [3]int{next(), next(), next()}}
-	for _, l := range ls {
-		l.Close()
+	p, err := ReservePorts()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // ScaleOptions size a scale run: the real operator binary, a real API server
@@ -180,7 +181,7 @@ func (s *scaleStack) start(ctx context.Context) error {
 		return err
 	}
 	for _, p := range []*int{&s.ports.xds, &s.ports.metrics, &s.ports.probe, &s.ports.admin, &s.ports.listener} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = harness.ReservePort(); err != nil {
 			return err
 		}
 	}
@@ -271,15 +272,6 @@ func parallel(n int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *scaleStack) startOperator(ctx context.Context) error {

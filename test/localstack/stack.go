@@ -41,6 +41,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // Namespace and Service the stack creates for the workload.
@@ -59,6 +60,20 @@ type Ports struct {
 // DefaultPorts start at 19000.
 func DefaultPorts() Ports {
 	return Ports{Listener: 19000, Admin: 19001, XDS: 19002, Prometheus: 19090, Metrics: 19080, Probe: 19081, Workloads: [3]int{19101, 19102, 19103}}
+}
+
+// ReservePorts reserves every port of a stack with test/harness, for a
+// stack that runs beside a demo or another test: no other stack or test
+// server gets one of them while this process runs.
+func ReservePorts() (Ports, error) {
+	var p Ports
+	for _, port := range []*int{&p.Listener, &p.Admin, &p.XDS, &p.Prometheus, &p.Metrics, &p.Probe, &p.Workloads[0], &p.Workloads[1], &p.Workloads[2]} {
+		var err error
+		if *port, err = harness.ReservePort(); err != nil {
+			return Ports{}, err
+		}
+	}
+	return p, nil
 }
 
 // Options configure a stack.

@@ -1,0 +1,96 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// StartPrometheus runs a real Prometheus (PROMETHEUS_BIN, which make sets from
+// hack/tools.sh; a missing binary fails the test) on a reserved 127.0.0.1
+// port, scraping path on each target every second as the job envoy. It is
+// stopped by PID when the test ends, and its output is logged when the test
+// failed. It returns the server's base URL once it is ready.
+func StartPrometheus(tb testing.TB, path string, targets ...string) string {
+	tb.Helper()
+	bin := os.Getenv("PROMETHEUS_BIN")
+	if bin == "" {
+		tb.Fatal("PROMETHEUS_BIN is not set: run the tests through make (hack/tools.sh prometheus installs it)")
+	}
+	dir := tb.TempDir()
+	quoted := make([]string, len(targets))
+	for i, target := range targets {
+		quoted[i] = strconv.Quote(target)
+	}
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: envoy\n    metrics_path: %q\n    static_configs:\n      - targets: [%s]\n",
+		path, strings.Join(quoted, ", "))
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(Port(tb)))
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--storage.tsdb.retention.time=1h", "--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting %s: %v", bin, err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			<-done
+		}
+		if tb.Failed() {
+			tb.Logf("prometheus output:\n%s", logs.String())
+		}
+	})
+	u := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		select {
+		case <-done:
+			tb.Fatalf("prometheus exited early:\n%s", logs.String())
+		default:
+		}
+		if resp, err := http.Get(u + "/-/ready"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return u
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("prometheus not ready after 30s:\n%s", logs.String())
+		}
+	}
+}
