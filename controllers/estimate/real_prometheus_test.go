@@ -17,20 +17,13 @@ limitations under the License.
 package estimate
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,7 +77,7 @@ func TestRealPrometheus(t *testing.T) {
 	var delay time.Duration
 	var reqs []served
 	target := serveModel(t, m, &mu)
-	promURL := startPrometheus(t, bin, target)
+	promURL := harness.StartPrometheus(t, "/metrics", target)
 
 	// Ordinary traffic, in real time.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -262,72 +255,4 @@ func (l *queryLog) queries() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.seen...)
-}
-
-// startPrometheus runs the server on a reserved 127.0.0.1 port with a temporary
-// config and storage, and stops it by PID when the test ends. It scrapes the
-// targets' /metrics every second, as the job envoy.
-func startPrometheus(t *testing.T, bin string, targets ...string) string {
-	t.Helper()
-	return startPrometheusAt(t, bin, "/metrics", targets...)
-}
-
-// startPrometheusAt is startPrometheus for targets that serve their metrics
-// at path (a real Envoy: /stats/prometheus).
-func startPrometheusAt(t *testing.T, bin, path string, targets ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	quoted := make([]string, len(targets))
-	for i, target := range targets {
-		quoted[i] = strconv.Quote(target)
-	}
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: envoy\n    metrics_path: %q\n    static_configs:\n      - targets: [%s]\n",
-		path, strings.Join(quoted, ", "))
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.Port(t)))
-
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--storage.tsdb.retention.time=1h", "--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", logs.String())
-		}
-	})
-	u := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-done:
-			t.Fatalf("prometheus exited early:\n%s", logs.String())
-		default:
-		}
-		if resp, err := http.Get(u + "/-/ready"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return u
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 30s:\n%s", logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
