@@ -84,6 +84,15 @@ func judgeLoad(r *Report) []string {
 		return []string{"the budget is unknown: give --policy or --budget-percent"}
 	}
 	var reasons []string
+	// A source that saw none of the run's requests measured nothing: a wrong
+	// cluster name, or proxies that Prometheus does not scrape.
+	sent := r.Hedged().Sent + r.Hedged().SettleSent
+	if e != nil && e.Requests < float64(sent)/2 {
+		reasons = append(reasons, fmt.Sprintf("Envoy's counters (%s) saw %.0f requests on the hedged cluster, for %d the run sent: the wrong cluster, or not every proxy is read", e.Source, e.Requests, sent))
+	}
+	if rl != nil && rl.Requests < float64(sent)/2 {
+		reasons = append(reasons, fmt.Sprintf("the replicas' counters (%s) saw %.0f requests, for %d the run sent: not every replica is read", rl.Source, rl.Requests, sent))
+	}
 	if e != nil && e.Pct > *r.BudgetPct {
 		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% (Envoy's counters) is above the %g%% budget", e.Pct, *r.BudgetPct))
 	}

@@ -31,7 +31,7 @@ func passing() *Report {
 	return &Report{
 		UnhedgedArm: ArmBypass, RatePerArm: 150,
 		Arms:      map[string]Arm{ArmHedged: arm(37.4), ArmBypass: arm(116.7), ArmPost: {Latency: Latency{Count: 600, P99: 20}, Scheduled: 600, Sent: 600}},
-		ExtraLoad: ExtraLoad{Envoy: &EnvoyLoad{Pct: 4.3, Requests: 27000, Hedges: 1161}, Replicas: &ReplicaLoad{Pct: 4.2, SideEffects: 600}},
+		ExtraLoad: ExtraLoad{Envoy: &EnvoyLoad{Pct: 4.3, Requests: 27000, Hedges: 1161}, Replicas: &ReplicaLoad{Pct: 4.2, Requests: 54600, SideEffects: 600}},
 		BudgetPct: ptr(5.0),
 		Posts:     &Posts{Sent: 600, Executed: ptr(600.0)},
 	}
@@ -49,6 +49,8 @@ func TestJudgeChecksEveryPromise(t *testing.T) {
 		{"over the budget by Envoy's counters", func(r *Report) { r.ExtraLoad.Envoy.Pct = 5.01 }, "extra load 5.01% (Envoy's counters) is above the 5% budget"},
 		{"over the budget at the replicas", func(r *Report) { r.ExtraLoad.Replicas.Pct = 6 }, "extra load 6.00% (counted at the replicas)"},
 		{"budget unknown", func(r *Report) { r.BudgetPct = nil }, "the budget is unknown"},
+		{"Envoy's counters of another cluster", func(r *Report) { r.ExtraLoad.Envoy = &EnvoyLoad{Source: "http://a"} }, "Envoy's counters (http://a) saw 0 requests on the hedged cluster, for 27000 the run sent"},
+		{"replicas not all read", func(r *Report) { r.ExtraLoad.Replicas.Requests = 100 }, "the replicas' counters () saw 100 requests, for 27000"},
 		{"extra load not measured", func(r *Report) { r.ExtraLoad = ExtraLoad{}; r.Posts.Executed = nil }, "extra load not measured"},
 		{"errors while measuring", func(r *Report) { a := r.Arms[ArmHedged]; a.Errors = 1; r.Arms[ArmHedged] = a }, "1 of 27000 hedged requests failed"},
 		{"errors while settling", func(r *Report) { a := r.Arms[ArmBypass]; a.SettleErrors = 3; r.Arms[ArmBypass] = a }, "3 of 27000 bypass requests failed"},
