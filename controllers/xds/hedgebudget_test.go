@@ -31,12 +31,24 @@ import (
 // accountRun is what one run through the hedge account counted.
 type accountRun struct {
 	sent, ok, attemptHeaders int
-	// hedges reached the upstream; early ones came sooner than 25 ms after
-	// their first attempt (the delay is 20 ms, a late hedge 30 ms).
+	// hedges reached the upstream; early ones came sooner than earlyBelow
+	// after their first attempt.
 	hedges, early int
 }
 
-// runAccount sends 50 GETs a second for 20 s through a 20 ms hedge with a 5%
+// The account's run hedges at accountDelay, or late at 150 ms. The two are
+// 50 ms apart, so that a hedge's lateness reads well above the noise of the
+// upstream's clock: with a 20 ms delay (late: 30 ms) and the line at 25 ms,
+// a CI run that tested four packages at once on two cores saw one hedge
+// arrive 24 ms after its first attempt, while Envoy's own clock
+// (x-envoy-expected-rq-timeout-ms) put every hedge of such runs at 28 ms or
+// more: the first attempt's arrival had waited on the scheduler.
+const accountDelay = 100 * time.Millisecond
+
+// earlyBelow is halfway between the delay and the late delay.
+var earlyBelow = (accountDelay + (&plan.Hedge{Delay: accountDelay}).LateDelay()) / 2
+
+// runAccount sends 50 GETs a second for 20 s through an accountDelay hedge with a 5%
 // budget: one Envoy worker, one account, and the run fits in one of the
 // account's windows (plan.HedgeWindow). Every slowEvery-th request goes to
 // /slow (300 ms), the rest to / (fast).
@@ -48,7 +60,7 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 	}
 	up := newAttemptLog(t)
 	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
-		p.Hedge.Delay = 20 * time.Millisecond
+		p.Hedge.Delay = accountDelay
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
 	})
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
@@ -101,7 +113,7 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 		run.hedges += len(at) - 1
 		// Envoy sends the hedge after the per-try timeout plus a back-off
 		// of up to 1 ms.
-		if at[1].Sub(at[0]) < 25*time.Millisecond {
+		if at[1].Sub(at[0]) < earlyBelow {
 			run.early++
 		}
 	}
@@ -117,8 +129,8 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 	// The account allows 5% of the requests of its window, and spends what
 	// it earns: a cap that turned hedging off would pass the first check.
 	most := 0.05 * float64(run.sent)
-	t.Logf("%d requests, one in %d slow: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than 25 ms",
-		run.sent, slowEvery, run.hedges, 100*float64(run.hedges)/float64(run.sent), most, run.early)
+	t.Logf("%d requests, one in %d slow: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than %s",
+		run.sent, slowEvery, run.hedges, 100*float64(run.hedges)/float64(run.sent), most, run.early, earlyBelow)
 	if float64(run.hedges) > most {
 		t.Errorf("%d hedges for %d requests, want at most %.0f: the 5%% budget", run.hedges, run.sent, most)
 	}
@@ -137,10 +149,10 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 // account allows at most the budget's share of the requests of its window, 5%
 // of 1,000: 50 hedges, none for requests in flight beyond it. With every
 // request slow, a request never leaves the late threshold behind, so every
-// hedge is late: 30 ms (1.5 x 20 ms) after its first attempt, not 20.
+// hedge is late: 150 ms (1.5 x 100 ms) after its first attempt, not 100.
 func TestHedgeAccountCapsTheRate(t *testing.T) {
 	if run := runAccount(t, 1); run.early > 0 {
-		t.Errorf("%d hedges came sooner than 25 ms after their first attempt; every hedge should be late (30 ms)", run.early)
+		t.Errorf("%d hedges came sooner than %s after their first attempt; every hedge should be late (%s)", run.early, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
 	}
 }
 
