@@ -87,6 +87,7 @@ func main() {
 		hostsFile              string
 		promTimeout            time.Duration
 		pushDebounce           time.Duration
+		retireAfter            time.Duration
 		metricsSecure          bool
 		istioOn                bool
 		xdsTLS                 xds.TLSFiles
@@ -106,6 +107,7 @@ func main() {
 	flag.StringVar(&xdsTLS.CertFile, "xds-tls-cert", "", "The xDS server's certificate (PEM). With --xds-tls-key and --xds-tls-client-ca, xDS is served over mutual TLS: only proxies with a certificate the client CA signed can connect, and count in status.")
 	flag.StringVar(&xdsTLS.KeyFile, "xds-tls-key", "", "The key of --xds-tls-cert.")
 	flag.StringVar(&xdsTLS.CAFile, "xds-tls-client-ca", "", "The CA (PEM) that signs the proxies' client certificates.")
+	flag.DurationVar(&retireAfter, "xds-retire-after", 10*time.Minute, "How long tailcut's Envoy keeps routing a Service, unhedged, after its policy is deleted or its target Service port disappears, before it answers 404. 0 removes the route at once.")
 	flag.DurationVar(&pushDebounce, "xds-push-debounce", 100*time.Millisecond, "Batch xDS pushes: push once changes pause this long (at most 1s after the first). 0 pushes every change at once.")
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
@@ -221,6 +223,7 @@ func main() {
 			Logger:    ctrl.Log.WithName("xds"),
 			// A thousand policies applied at once are one push, not a thousand.
 			PushDebounce: pushDebounce,
+			RetireAfter:  retireAfter,
 		})
 		if _, err := srv.Listen(); err != nil {
 			log.Error(err, "unable to listen for xDS", "address", xdsAddr)

@@ -24,6 +24,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -69,21 +70,34 @@ func (f *FollowerPublisher) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	var policy tailcutv1alpha1.HedgePolicy
 	if err := f.Reconciler.Get(ctx, req.NamespacedName, &policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
+			return ctrl.Result{}, f.retire(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
-	if !policy.DeletionTimestamp.IsZero() || policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishXDS {
+	if !policy.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, f.retire(ctx, req.NamespacedName)
+	}
+	if policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishXDS {
 		return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
 	}
-	p, ok, err := f.planFromStatus(ctx, &policy)
-	if err != nil {
+	p, reason, err := f.planFromStatus(ctx, &policy)
+	switch {
+	case err != nil:
 		return ctrl.Result{}, err
-	}
-	if !ok {
+	case reason == tailcutv1alpha1.ReasonConflicted:
 		return ctrl.Result{}, f.Publisher.Remove(ctx, req.NamespacedName)
+	case reason != "":
+		return ctrl.Result{}, f.retire(ctx, req.NamespacedName)
 	}
 	return ctrl.Result{}, f.Publisher.Publish(ctx, &policy, p)
+}
+
+// retire stops the policy's hedging as the leader does (retireEverywhere).
+func (f *FollowerPublisher) retire(ctx context.Context, key types.NamespacedName) error {
+	if retirer, ok := f.Publisher.(publish.Retirer); ok {
+		return retirer.Retire(ctx, key)
+	}
+	return f.Publisher.Remove(ctx, key)
 }
 
 // SetupWithManager runs the follower on every replica.
@@ -102,20 +116,20 @@ func (f *FollowerPublisher) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(f)
 }
 
-// planFromStatus builds the plan the leader published: ok is false when the
-// policy's target is missing (the leader withdrew it).
-func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (plan.RoutePlan, bool, error) {
+// planFromStatus builds the plan the leader published, or says why the
+// leader published none: the reason the policy is not accepted.
+func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (plan.RoutePlan, string, error) {
 	svcPort, reason, _, err := f.Reconciler.resolveTarget(ctx, policy)
 	if err != nil || reason != "" {
-		return plan.RoutePlan{}, false, err
+		return plan.RoutePlan{}, reason, err
 	}
 	// The leader's rule, on the same data: the older policy keeps the port.
 	if reason, _, err := f.Reconciler.conflict(ctx, policy); err != nil || reason != "" {
-		return plan.RoutePlan{}, false, err
+		return plan.RoutePlan{}, reason, err
 	}
 	endpoints, err := f.Reconciler.endpointsFor(ctx, policy, svcPort)
 	if err != nil {
-		return plan.RoutePlan{}, false, err
+		return plan.RoutePlan{}, "", err
 	}
 	// The leader's delay, unless it could not evaluate the policy (an
 	// invalid query): then its route stays, unhedged.
@@ -124,5 +138,5 @@ func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv
 		delay = d.Duration
 	}
 	p, err := plan.Build(planInput(policy, delay, endpoints))
-	return p, err == nil, err
+	return p, "", err
 }

@@ -68,8 +68,8 @@ func startFollower(t *testing.T, pub publish.Publisher, elected <-chan struct{})
 }
 
 // TestFollowerPublishesTheLeadersDelay: the follower's own publisher must end
-// up with the delay the leader wrote to status, drop the policy once it is
-// deleted, and stand down once this replica is elected.
+// up with the delay the leader wrote to status, retire the policy once it is
+// deleted, as the leader does, and stand down once this replica is elected.
 func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
@@ -106,14 +106,23 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 	if err := k8s.Delete(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "follower withdraws the deleted policy", func() error {
-		if _, ok := follower.plan(key); ok {
-			return fmt.Errorf("still published")
+	eventually(t, "follower retires the deleted policy", func() error {
+		if follower.retirements(key) == 0 {
+			return fmt.Errorf("not retired")
+		}
+		if rp, ok := follower.plan(key); !ok || rp.Hedge != nil {
+			return fmt.Errorf("plan held %v, hedge %+v; want the route, unhedged", ok, rp.Hedge)
 		}
 		return nil
 	})
+	if n := follower.removals(key); n != 0 {
+		t.Errorf("the follower removed the deleted policy's route %d times; its clients would get 404", n)
+	}
 
 	close(elected)
+	// The new policy has the deleted one's name: the follower still holds
+	// its retired plan, so what counts is that it publishes nothing more.
+	publishedBefore := follower.publishes(key)
 	later := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	eventually(t, "the leader publishes the new policy", func() error {
 		if _, ok := publisher.plan(client.ObjectKeyFromObject(later)); !ok {
@@ -122,8 +131,8 @@ func TestFollowerPublishesTheLeadersDelay(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Second)
-	if _, ok := follower.plan(client.ObjectKeyFromObject(later)); ok {
-		t.Error("the follower published a policy after this replica was elected")
+	if n := follower.publishes(client.ObjectKeyFromObject(later)); n != publishedBefore {
+		t.Errorf("the follower published %d times after this replica was elected", n-publishedBefore)
 	}
 }
 

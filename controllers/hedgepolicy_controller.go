@@ -121,18 +121,20 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var policy tailcutv1alpha1.HedgePolicy
 	if err := r.Get(ctx, req.NamespacedName, &policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			// The policy is gone: withdraw it everywhere. Publishers keep no state
-			// outside this process except Istio EnvoyFilters, which carry an owner
+			// The policy is gone: hedging stops, traffic does not
+			// (retireEverywhere). Publishers keep no state outside this
+			// process except Istio EnvoyFilters, which carry an owner
 			// reference and are garbage collected, so no finalizer is needed.
 			estimate.ForgetPolicy(req.Namespace, req.Name)
 			r.written.Delete(req.NamespacedName)
 			r.firstSeen.Delete(req.NamespacedName)
-			return ctrl.Result{}, r.removeEverywhere(ctx, req.NamespacedName, "")
+			return ctrl.Result{}, r.retireEverywhere(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
 	if !policy.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		// Another finalizer holds the policy: it is going all the same.
+		return ctrl.Result{}, r.retireEverywhere(ctx, req.NamespacedName)
 	}
 	now := r.Clock.Now()
 	if r.staleRead(&policy, now) {
@@ -177,12 +179,16 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		}
 	}
 	if reason != "" {
-		// Nothing to route to, or another policy routes it: withdraw the policy
-		// everywhere.
 		r.notAccepted(policy, status, now, reason, msg)
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
 		r.setReady(policy, status, now, false)
-		return interval, r.removeEverywhere(ctx, key, "")
+		if reason == tailcutv1alpha1.ReasonConflicted {
+			// The older policy routes the Service port.
+			return interval, r.removeEverywhere(ctx, key, "")
+		}
+		// The target Service or port is gone, perhaps for a moment (a
+		// Service re-created): the route stays a while, unhedged.
+		return interval, r.retireEverywhere(ctx, key)
 	}
 
 	var est estimate.Result
@@ -585,6 +591,28 @@ func (r *HedgePolicyReconciler) removeEverywhere(ctx context.Context, key types.
 		}
 		if err := pub.Remove(ctx, key); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s from %s: %w", key, target, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// retireEverywhere stops the policy's hedging everywhere: publishers whose
+// proxies carry the traffic on the policy's route alone keep it a while,
+// unhedged (publish.Retirer); the others remove the policy.
+func (r *HedgePolicyReconciler) retireEverywhere(ctx context.Context, key types.NamespacedName) error {
+	var errs []error
+	for target, pub := range r.Publishers {
+		if pub == nil {
+			continue
+		}
+		var err error
+		if retirer, ok := pub.(publish.Retirer); ok {
+			err = retirer.Retire(ctx, key)
+		} else {
+			err = pub.Remove(ctx, key)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retiring %s from %s: %w", key, target, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -290,31 +290,41 @@ func TestRejectedConfigIsReported(t *testing.T) {
 	}
 }
 
-func TestDeletionWithdrawsThePlan(t *testing.T) {
+// TestDeletionRetiresThePlan is #23's "deleting a policy cuts traffic": the
+// reconciler removed a deleted policy's route, and tailcut's Envoy answered
+// its clients 404. It now retires it (xds.Server.Retire keeps it a while,
+// unhedged), through the leader's Counting publisher as main.go wires it.
+func TestDeletionRetiresThePlan(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 8080)
 	p := newPolicy(t, ns, "checkout", staticDelay(20*time.Millisecond))
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, "plan published", func() error {
-		if _, ok := publisher.plan(key); !ok {
-			return fmt.Errorf("no plan yet")
+		if rp, ok := publisher.plan(key); !ok || rp.Hedge == nil {
+			return fmt.Errorf("no hedged plan yet")
 		}
 		return nil
 	})
-	before := publisher.removals(key)
+	removals := publisher.removals(key)
 	if err := k8s.Delete(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "policy gone and plan withdrawn", func() error {
+	eventually(t, "policy gone and plan retired", func() error {
 		err := k8s.Get(context.Background(), key, &tailcutv1alpha1.HedgePolicy{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("policy still there: %v", err)
 		}
-		if _, ok := publisher.plan(key); ok || publisher.removals(key) <= before {
-			return fmt.Errorf("plan not withdrawn (published %v, removals %d)", ok, publisher.removals(key))
+		if publisher.retirements(key) == 0 {
+			return fmt.Errorf("plan not retired")
 		}
 		return nil
 	})
+	if rp, ok := publisher.plan(key); !ok || rp.Hedge != nil {
+		t.Errorf("after the deletion: plan held %v, hedge %+v; want the route, unhedged", ok, rp.Hedge)
+	}
+	if n := publisher.removals(key); n != removals {
+		t.Errorf("the deleted policy's plan was removed (%d removals, %d before): its clients would get 404", n, removals)
+	}
 }
 
 // TestSwitchingPublisherWithdrawsTheOldRoutes is issue #12's defect 7 (moving

@@ -211,6 +211,7 @@ type recordingPublisher struct {
 	published map[types.NamespacedName]plan.RoutePlan
 	calls     map[types.NamespacedName]int // Publish calls
 	removed   map[types.NamespacedName]int
+	retired   map[types.NamespacedName]int
 	status    map[types.NamespacedName]publish.ProgramStatus
 	// events wakes the reconciler, as the xDS server does on an ACK.
 	events chan event.GenericEvent
@@ -226,6 +227,7 @@ func newRecordingPublisher() *recordingPublisher {
 		published: map[types.NamespacedName]plan.RoutePlan{},
 		calls:     map[types.NamespacedName]int{},
 		removed:   map[types.NamespacedName]int{},
+		retired:   map[types.NamespacedName]int{},
 		status:    map[types.NamespacedName]publish.ProgramStatus{},
 		events:    make(chan event.GenericEvent, 16),
 		held:      map[types.NamespacedName]int{},
@@ -297,6 +299,24 @@ func (p *recordingPublisher) Remove(_ context.Context, key types.NamespacedName)
 	delete(p.published, key)
 	p.removed[key]++
 	return nil
+}
+
+// Retire keeps the plan, unhedged, as the xDS server does.
+func (p *recordingPublisher) Retire(_ context.Context, key types.NamespacedName) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired[key]++
+	if rp, ok := p.published[key]; ok {
+		rp.Hedge = nil
+		p.published[key] = rp
+	}
+	return nil
+}
+
+func (p *recordingPublisher) retirements(key types.NamespacedName) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.retired[key]
 }
 
 func (p *recordingPublisher) Status(key types.NamespacedName) publish.ProgramStatus {

@@ -73,6 +73,16 @@ type SyncWaiter interface {
 	Reconciled(key types.NamespacedName)
 }
 
+// Retirer is implemented by publishers whose proxies carry a Service's
+// traffic only on the policy's route (tailcut's xDS server): there, removing
+// the route with the policy would answer every request 404. Retire stops the
+// hedging at once and keeps the route, unhedged, for a while before it is
+// removed. Publishers without it (Istio) remove the policy: the mesh's own
+// routes then carry the traffic.
+type Retirer interface {
+	Retire(ctx context.Context, key types.NamespacedName) error
+}
+
 // UnpublishableError is a policy a publisher cannot express, whatever it
 // retries: the reconciler reports it in Programmed and requeues at the
 // policy's interval instead of returning it, which would requeue with

@@ -120,6 +120,15 @@ func (c *Counting) clock() clock.PassiveClock {
 	return c.Clock
 }
 
+// Retire passes a policy's retirement on to the local server: a wrapper that
+// hid it would turn every deletion into a removal, and a 404 for its clients.
+func (c *Counting) Retire(ctx context.Context, key k8stypes.NamespacedName) error {
+	if r, ok := c.Publisher.(publish.Retirer); ok {
+		return r.Retire(ctx, key)
+	}
+	return c.Publisher.Remove(ctx, key)
+}
+
 // Reconciled passes the reconciler's first-reconcile marks on to the local
 // server, which waits for them before it serves.
 func (c *Counting) Reconciled(key k8stypes.NamespacedName) {

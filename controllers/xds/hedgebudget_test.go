@@ -18,7 +18,6 @@ package xds
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -63,45 +62,30 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 		p.Hedge.Delay = accountDelay
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
 	})
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	client := newLoadClient()
 	var (
-		wg  sync.WaitGroup
 		mu  sync.Mutex
 		run accountRun
 	)
-	tick := time.NewTicker(time.Second / rate)
-	defer tick.Stop()
-	for start, i := time.Now(), 0; time.Since(start) < length; i++ {
-		<-tick.C
+	paced(rate, length, func(i int) {
 		path := "/"
 		if i%slowEvery == 0 {
 			path = "/slow"
 		}
-		wg.Go(func() {
-			req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", listenPort, path), nil)
-			if err != nil {
-				panic(err)
-			}
-			req.Host = "web.e2e"
-			req.Header.Set("x-test-id", fmt.Sprintf("rate-%d", i))
-			resp, err := client.Do(req)
-			mu.Lock()
-			defer mu.Unlock()
-			run.sent++
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				run.ok++
-			}
-			if resp.Header.Get("x-envoy-attempt-count") != "" {
-				run.attemptHeaders++
-			}
-		})
-	}
-	wg.Wait()
+		resp, err := getWeb(client, listenPort, path, fmt.Sprintf("rate-%d", i))
+		mu.Lock()
+		defer mu.Unlock()
+		run.sent++
+		if err != nil {
+			return
+		}
+		if resp.StatusCode == http.StatusOK {
+			run.ok++
+		}
+		if resp.Header.Get("x-envoy-attempt-count") != "" {
+			run.attemptHeaders++
+		}
+	})
 	time.Sleep(500 * time.Millisecond) // the last hedges arrive
 
 	up.mu.Lock()

@@ -78,6 +78,9 @@ type ServerOptions struct {
 	// once meant hundreds of pushes of up to 2,000 clusters each. Zero
 	// pushes from Publish itself.
 	PushDebounce time.Duration
+	// RetireAfter is how long the route of a deleted policy stays,
+	// unhedged, before it is removed (Retire). Zero removes it at once.
+	RetireAfter time.Duration
 }
 
 // Server is tailcut's xDS server and its publish.Publisher. It keeps the
@@ -102,6 +105,10 @@ type Server struct {
 	syncRequested bool
 	pending       map[k8stypes.NamespacedName]bool
 	seen          map[k8stypes.NamespacedName]bool
+	// retiring holds the retired routes (Retire) and the generation of the
+	// timer that removes each.
+	retiring   map[k8stypes.NamespacedName]uint64
+	retirement uint64
 
 	// mu guards what the gRPC callbacks and Status read.
 	mu       sync.Mutex
@@ -159,6 +166,7 @@ func NewServer(opts ServerOptions) *Server {
 		cache:      cachev3.NewSnapshotCache(false, groupHash{}, logAdapter{opts.Logger}),
 		pending:    map[k8stypes.NamespacedName]bool{},
 		seen:       map[k8stypes.NamespacedName]bool{},
+		retiring:   map[k8stypes.NamespacedName]uint64{},
 		plans:      map[k8stypes.NamespacedName]plan.RoutePlan{},
 		translator: newTranslator(opts.Translate),
 		streams:    map[int64]*streamState{},

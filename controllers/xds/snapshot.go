@@ -110,10 +110,21 @@ func (s *Server) Synced() bool {
 // set once per push: translating the whole set on every publish, under one
 // lock, made a 1,000-policy apply 1,000 translations of a growing set and
 // kept the reconcile workers waiting on each other.
+//
+// A live policy's plan ends the retirement (Retire) of its own route, and of
+// any retired route on the same Service port.
 func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error {
 	key := planKey(owner, p)
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	if err := s.endRetirementsLocked(ctx, key, p); err != nil {
+		return err
+	}
+	return s.publishLocked(ctx, key, p)
+}
+
+// publishLocked is Publish without the retirements. Callers hold pubMu.
+func (s *Server) publishLocked(ctx context.Context, key k8stypes.NamespacedName, p plan.RoutePlan) error {
 	// Most reconciles change nothing (a sample that left the delay where it
 	// was, a status write); assembling and hashing every policy's resources
 	// for them made a reconcile O(N), and 0.43 cores busy at rest with 1,000
@@ -148,6 +159,12 @@ func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy
 func (s *Server) Remove(ctx context.Context, key k8stypes.NamespacedName) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	delete(s.retiring, key)
+	return s.removeLocked(ctx, key)
+}
+
+// removeLocked is Remove. Callers hold pubMu.
+func (s *Server) removeLocked(ctx context.Context, key k8stypes.NamespacedName) error {
 	s.mu.Lock()
 	_, held := s.plans[key]
 	deferring := s.pushing
