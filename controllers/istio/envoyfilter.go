@@ -98,7 +98,11 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     one, after the unhedged route's, ends up first: the sidecar's routes are
 //     bypass, unhedged, then istiod's (hedged) routes.
 //   - MERGE on the virtual host: attempt counts on requests (backends count
-//     hedges) and on responses (the account gives back unsent hedges).
+//     hedges) and on responses (the account gives back unsent hedges). The
+//     response's never reaches the client: the account filter removes it on
+//     the routes it accounts, and on the inserted ones and the merged ones
+//     while hedging is off, which carry xds.OwnedRoute metadata (the router
+//     adds it after a route's response_headers_to_remove).
 //   - INSERT_BEFORE the router of every HTTP connection manager in the
 //     context (on the Service's port for sidecars): the hedge account,
 //     hedgebudget.lua, as a Lua filter named after the policy
@@ -138,6 +142,8 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	merged := &routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}}
 	if p.Hedge != nil {
 		merged.Metadata = xds.HedgeAccount(p, account)
+	} else {
+		merged.Metadata = xds.OwnedRoute(account)
 	}
 	hedgedRoute, err := asMap(merged)
 	if err != nil {
@@ -233,7 +239,8 @@ func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 				InvertMatch: true,
 			}},
 		},
-		Action: &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Action:   &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Metadata: xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
 	}
 }
 
@@ -266,7 +273,8 @@ func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 				}},
 			}},
 		},
-		Action: &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Action:   &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Metadata: xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
 	}
 }
 

@@ -171,12 +171,14 @@ func TestBypassRouteIsInsertedLast(t *testing.T) {
 	}
 	s := inserts[1]
 	for _, want := range []string{"name: shop/api/bypass", "name: " + plan.BypassHeader, "exact: \"1\"", "cluster: outbound|8080||api.shop.svc.cluster.local",
-		"retry_on: connect-failure,refused-stream", "num_retries: 2"} {
+		"retry_on: connect-failure,refused-stream", "num_retries: 2", "owned: true"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the bypass route lacks %q:\n%s", want, s)
 		}
 	}
-	for _, not := range []string{"hedge_policy", "per_try_timeout", "metadata", ":method"} {
+	// Metadata that marks it tailcut's (the attempt count is removed from
+	// its answers), not an account's terms.
+	for _, not := range []string{"hedge_policy", "per_try_timeout", "ratio:", ":method"} {
 		if strings.Contains(s, not) {
 			t.Errorf("the bypass route has %q:\n%s", not, s)
 		}

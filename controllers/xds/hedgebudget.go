@@ -33,6 +33,10 @@ import (
 // metadata under it (FILTER there).
 const HedgeBudgetFilter = "tailcut.hedge_budget"
 
+// AttemptCountHeader is the response header in which Envoy says how many
+// attempts a request took: the account filter reads it and removes it.
+const AttemptCountHeader = "x-envoy-attempt-count"
+
 //go:embed hedgebudget.lua
 var hedgeBudgetLua string
 
@@ -51,6 +55,16 @@ func HedgeBudgetHTTPFilter(name string) *hcmv3.HttpFilter {
 
 // HedgeBudgetFilterFor names a policy's own hedge account filter ("ns/name").
 func HedgeBudgetFilterFor(policy string) string { return HedgeBudgetFilter + "/" + policy }
+
+// OwnedRoute is the metadata of a route tailcut renders without an account
+// (bypass, unhedged, hedging off), for the account filter named filter: the
+// filter removes the attempt count from its answers, as from the accounted
+// route's, and leaves routes of others alone.
+func OwnedRoute(filter string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{filter: {Fields: map[string]*structpb.Value{
+		"owned": structpb.NewBoolValue(true),
+	}}}}
+}
 
 // HedgeAccount is the hedged route's metadata for the account filter named
 // filter: its policy's account and the account's terms.

@@ -16,7 +16,15 @@
 --   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
 --   when fewer fit) are committed when it arrives, since Envoy sends them
 --   later, when the request has run past the delay. A request that fits none
---   goes out with x-envoy-max-retries: 0, and Envoy does not hedge it.
+--   goes out with x-envoy-upstream-rq-per-try-timeout-ms: 0: no per-try
+--   timeout, so Envoy does not hedge it, while it still retries a reset or
+--   a failed connection as the route allows. (x-envoy-max-retries: 0, as
+--   before, took those retries away too.)
+-- * On an accounted route the filter owns Envoy's retry and timeout request
+--   headers: whatever a client sent (an edge that trusts its peer passes
+--   them on), each request leaves with the attempts and per-try timeout the
+--   account gave it, and with no retry conditions of the client's, which
+--   would send attempts the account never charged.
 -- * A request that would leave fewer than `late_below` hedges in the window
 --   is hedged late: after `late_ms` (x-envoy-upstream-rq-per-try-timeout-ms)
 --   instead of the delay. When the slow share equals the budget, hedges of
@@ -25,7 +33,9 @@
 --   hedged half a delay later.
 -- * When the answer comes, the hedges Envoy did not send
 --   (x-envoy-attempt-count, which the filter then removes) are given back to
---   the second they were committed in, if it is still in the window.
+--   the second they were committed in, if it is still in the window. The
+--   filter removes the attempt count from the answers of tailcut's other
+--   routes too (metadata `owned`).
 --
 -- So a hedge is committed only while the window's hedges stay within `ratio`
 -- of its requests. When a second leaves the window, its requests leave with
@@ -37,7 +47,9 @@
 -- commitment whose answer never comes leaves with its second.
 --
 -- Lua state is per worker thread: each worker keeps its own accounts, and
--- each holds the ratio for its own requests. Route metadata is read under the
+-- each holds the ratio for its own requests. An account that saw no request
+-- for two windows holds nothing and is dropped, so that accounts of deleted
+-- policies do not pile up for as long as Envoy runs. Route metadata is read under the
 -- filter's own name: tailcut's Envoy has one filter for every policy, and in
 -- an Istio mesh each policy's EnvoyFilter inserts a filter of its own, which
 -- acts only on its policy's routes. Dynamic metadata stays under FILTER. A route without complete
@@ -49,6 +61,12 @@ local FILTER = "tailcut.hedge_budget"
 local FIELDS = {"account", "ratio", "window", "hedges", "late_below", "late_ms"}
 local accounts = {}
 local generation = 0
+local swept = 0
+
+-- CLIENT_HEADERS are the request headers by which a client changes Envoy's
+-- retries; on accounted routes only the account sets them.
+local CLIENT_HEADERS = {"x-envoy-max-retries", "x-envoy-upstream-rq-per-try-timeout-ms",
+  "x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-hedge-on-per-try-timeout"}
 
 local function account(handle)
   local md = handle:metadata()
@@ -91,25 +109,45 @@ local function advance(a, now)
   return a.slots[now % a.window]
 end
 
+-- sweep drops, once a second, the accounts that saw no request for two
+-- windows.
+local function sweep(now)
+  if now <= swept then
+    return
+  end
+  swept = now
+  for name, a in pairs(accounts) do
+    if a.now < now - 2 * a.window then
+      accounts[name] = nil
+    end
+  end
+end
+
 function envoy_on_request(request_handle)
+  local now = os.time()
+  sweep(now)
   local a, terms = account(request_handle)
   if a == nil then
     return
   end
-  local slot = advance(a, os.time())
+  local headers = request_handle:headers()
+  for _, name in ipairs(CLIENT_HEADERS) do
+    headers:remove(name)
+  end
+  local slot = advance(a, now)
   slot.requests = slot.requests + 1
   a.requests = a.requests + 1
   local left = terms.ratio * a.requests - a.committed
   local fit = math.min(terms.hedges, math.floor(left))
   if fit < 1 then
-    request_handle:headers():replace("x-envoy-max-retries", "0")
+    headers:add("x-envoy-upstream-rq-per-try-timeout-ms", "0")
     return
   end
   if fit < terms.hedges then
-    request_handle:headers():replace("x-envoy-max-retries", tostring(fit))
+    headers:add("x-envoy-max-retries", tostring(fit))
   end
   if left - fit < terms.late_below then
-    request_handle:headers():replace("x-envoy-upstream-rq-per-try-timeout-ms", tostring(terms.late_ms))
+    headers:add("x-envoy-upstream-rq-per-try-timeout-ms", tostring(terms.late_ms))
   end
   slot.committed = slot.committed + fit
   a.committed = a.committed + fit
@@ -120,11 +158,16 @@ function envoy_on_request(request_handle)
 end
 
 function envoy_on_response(response_handle)
+  local headers = response_handle:headers()
   local a = account(response_handle)
   if a == nil then
+    -- tailcut's routes without an account (bypass, unhedged, hedging off):
+    -- the attempt count is for the account, never for clients.
+    if response_handle:metadata():get("owned") then
+      headers:remove("x-envoy-attempt-count")
+    end
     return
   end
-  local headers = response_handle:headers()
   local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   headers:remove("x-envoy-attempt-count")
   local mine = response_handle:streamInfo():dynamicMetadata():get(FILTER)

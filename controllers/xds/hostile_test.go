@@ -96,6 +96,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 	up := newAttemptLog(t)
 	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond)
 	client := &http.Client{Timeout: 10 * time.Second}
+	attemptCounts := map[string]string{} // responses that carried the attempt count, by request
 	send := func(method, path, id string, header map[string]string) int {
 		t.Helper()
 		req, err := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d%s", listenPort, path), nil)
@@ -113,6 +114,9 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
+		if n := resp.Header.Get(AttemptCountHeader); n != "" {
+			attemptCounts[id] = n
+		}
 		return resp.StatusCode
 	}
 
@@ -174,6 +178,11 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 		}
 	})
 
+	// #23, defect 11: on the bypass and unhedged routes the attempt count
+	// reached the client.
+	for id, n := range attemptCounts {
+		t.Errorf("%s: the response carried %s: %s", id, AttemptCountHeader, n)
+	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	for h := range up.leaked {
@@ -195,11 +204,19 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 // servePlan is serveOnePlan with the plan changed by mutate.
 func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), bootstrap ...func(*BootstrapOptions)) uint32 {
 	t.Helper()
+	_, listenPort := serveWith(t, up, func(*ServerOptions) {}, mutate, bootstrap...)
+	return listenPort
+}
+
+// serveWith is servePlan on a server whose options server changes; it
+// returns the server too. The plan's policy is e2e/web.
+func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate func(*plan.RoutePlan), bootstrap ...func(*BootstrapOptions)) (*Server, uint32) {
+	t.Helper()
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
-	srv, addr, _ := startServer(t, ctx, listenPort)
+	srv, addr, _ := startServer(t, ctx, listenPort, server)
 
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
 	web := plan.RoutePlan{
@@ -232,7 +249,7 @@ func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), boots
 		st := srv.Status(key)
 		return st.Programmed == 1, fmt.Sprintf("%+v", st)
 	})
-	return listenPort
+	return srv, listenPort
 }
 
 func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {

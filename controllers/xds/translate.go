@@ -212,11 +212,14 @@ func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 	}
 	// The attempt count on requests lets backends count hedges
 	// (x-envoy-attempt-count > 1); on responses it tells the hedge account
-	// what a request cost, and the account removes it.
+	// what a request cost. The account filter removes it from the answers
+	// of every route here (OwnedRoute): the router adds it after a route's
+	// response_headers_to_remove.
 	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes,
 		IncludeRequestAttemptCount: true, IncludeAttemptCountInResponse: true}
 }
 
+// route is one of tailcut's routes (OwnedRoute, virtualHost).
 func route(name, prefix string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction) *routev3.Route {
 	return &routev3.Route{
 		Name: name,
@@ -224,7 +227,8 @@ func route(name, prefix string, headers []*routev3.HeaderMatcher, action *routev
 			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix},
 			Headers:       headers,
 		},
-		Action: &routev3.Route_Route{Route: action},
+		Action:   &routev3.Route_Route{Route: action},
+		Metadata: OwnedRoute(HedgeBudgetFilter),
 	}
 }
 
