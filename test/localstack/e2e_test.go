@@ -149,15 +149,21 @@ func TestOrdinaryTraffic(t *testing.T) {
 	minSamples := time.Duration(float64(policy.Spec.Delay.Auto.MinSamples) / 150 * float64(time.Second))
 	t.Logf("first delay %s after the policy was created; settled at %s %s after that, and held it %.0f%% of the time (evaluation interval %s)",
 		first.Sub(created).Round(100*time.Millisecond), mode, settled.Sub(first).Round(100*time.Millisecond), 100*held, interval)
-	// Issue #11: from first traffic to a settled delay within 3 evaluation
+	// Issue #11: from first traffic to a settled delay within 4 evaluation
 	// intervals once minSamples are in, plus one 2s scrape: the estimator
-	// cannot read what Prometheus has not scraped. Envoy's 5s histogram flush
-	// takes part of those intervals. Held as in the closed-loop tests: when
-	// the A/B doubles the load beside a CPU burner, the fast mode widens and
-	// the budget guard raises the delay for up to a window (14s of 90 in one
-	// such run), as it must.
-	if limit := minSamples + 3*interval + 2*time.Second; settled.Sub(created) > limit || held < 0.8 {
-		t.Errorf("the delay reached %s %s after the first traffic and held it %.0f%% of the time, want within %s (minSamples, 3 intervals, a scrape) and 80%%",
+	// cannot read what Prometheus has not scraped. The first delay comes
+	// about 2 intervals in. It is read with hedging off from a few hundred
+	// requests and allows three standard errors (concepts.md), so it may
+	// land a bucket low; the budget guard then raises it once the share
+	// past it is significant at the new delay, and each evaluation reads
+	// only the time since the change: 2 intervals more. With 3 intervals
+	// the test failed in CI when the first delay took the 17 ms bucket (p95
+	// of 300 requests; 18.7 ms, raised to 23.1 ms at +20.1s). Held as in
+	// the closed-loop tests: when the A/B doubles the load beside a CPU
+	// burner, the fast mode widens and the budget guard raises the delay
+	// for up to a window (14s of 90 in one such run), as it must.
+	if limit := minSamples + 4*interval + 2*time.Second; settled.Sub(created) > limit || held < 0.8 {
+		t.Errorf("the delay reached %s %s after the first traffic and held it %.0f%% of the time, want within %s (minSamples, 4 intervals, a scrape) and 80%%",
 			mode, settled.Sub(created), 100*held, limit)
 	}
 	d := p.Status.EffectiveDelay
