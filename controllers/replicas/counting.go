@@ -126,7 +126,7 @@ func (c *Counting) Retire(ctx context.Context, key k8stypes.NamespacedName) erro
 	if r, ok := c.Publisher.(publish.Retirer); ok {
 		return r.Retire(ctx, key)
 	}
-	return c.Publisher.Remove(ctx, key)
+	return c.Remove(ctx, key)
 }
 
 // Reconciled passes the reconciler's first-reconcile marks on to the local
