@@ -48,7 +48,10 @@ var EnvoyFilterGVK = schema.GroupVersionKind{Group: "networking.istio.io", Versi
 const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "tailcut"
-	LabelPolicy    = "tailcut.dev/policy"
+	// LabelPolicy is the policy's name, bounded (policyLabel);
+	// AnnotationPolicy holds it whole.
+	LabelPolicy      = "tailcut.dev/policy"
+	AnnotationPolicy = "tailcut.dev/policy"
 )
 
 // NewEnvoyFilter is an empty EnvoyFilter, for watches and reads.
@@ -57,9 +60,6 @@ func NewEnvoyFilter() *unstructured.Unstructured {
 	u.SetGroupVersionKind(EnvoyFilterGVK)
 	return u
 }
-
-// FilterName is the EnvoyFilter of a policy, in the policy's namespace.
-func FilterName(policy string) string { return "tailcut-" + policy }
 
 // Host is the Service's name in the mesh: istiod names the outbound virtual
 // host <Host>:<port> and the cluster outbound|<port>||<Host>.
@@ -205,7 +205,8 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	u.SetGroupVersionKind(EnvoyFilterGVK)
 	u.SetNamespace(ns)
 	u.SetName(FilterName(name))
-	u.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelPolicy: name})
+	u.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelPolicy: policyLabel(name)})
+	u.SetAnnotations(map[string]string{AnnotationPolicy: name})
 	return u, nil
 }
 

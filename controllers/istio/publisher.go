@@ -97,7 +97,9 @@ func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePol
 		p.remember(key, version, overridden)
 		return nil
 	}
-	filter.SetAnnotations(map[string]string{AnnotationVersion: version})
+	annotations := filter.GetAnnotations()
+	annotations[AnnotationVersion] = version
+	filter.SetAnnotations(annotations)
 	filter.SetOwnerReferences([]metav1.OwnerReference{{
 		APIVersion: tailcutv1alpha1.GroupVersion.String(), Kind: "HedgePolicy", Name: owner.Name, UID: owner.UID,
 		Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true),

@@ -76,6 +76,12 @@ func IstioCRDs() (string, error) {
 // Start starts an API server with the CRDs in extraCRDDirs (directories or
 // files) besides tailcut's.
 func Start(extraCRDDirs ...string) (*envtest.Environment, *rest.Config, error) {
+	return StartWith(func(*envtest.Environment) {}, extraCRDDirs...)
+}
+
+// StartWith is Start with the environment changed by configure first (for
+// example, the API server's flags).
+func StartWith(configure func(*envtest.Environment), extraCRDDirs ...string) (*envtest.Environment, *rest.Config, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return nil, nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run the tests with `make test`, " +
@@ -91,6 +97,7 @@ func Start(extraCRDDirs ...string) (*envtest.Environment, *rest.Config, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
 	}
+	configure(env)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
