@@ -399,8 +399,11 @@ func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolic
 	case ps.Overridden != "":
 		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, false, tailcutv1alpha1.ReasonVirtualServiceRetries, ps.Overridden)
 	default:
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, true, tailcutv1alpha1.ReasonNoRetriesOverridden,
-			"no VirtualService in the namespace sets retries on the Service's host")
+		msg := "no VirtualService in the namespace sets retries on the Service's host"
+		if ps.Retries != "" {
+			msg += "; " + ps.Retries
+		}
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, true, tailcutv1alpha1.ReasonNoRetriesOverridden, msg)
 	}
 	switch {
 	case ps.Rejected != "":

@@ -862,7 +862,7 @@ func TestVirtualServiceRetriesAreReported(t *testing.T) {
 	// A VirtualService does not wake the policy; its next evaluation finds it.
 	got := waitCondition(t, key, tailcutv1alpha1.ConditionRetriesPreserved, metav1.ConditionFalse, tailcutv1alpha1.ReasonVirtualServiceRetries)
 	msg := conditionOf(got, tailcutv1alpha1.ConditionRetriesPreserved).Message
-	for _, want := range []string{"catalog-retries", "attempts 3", "5xx,gateway-error", "at most 1 hedge(s) after 25ms", "spec.retryOn"} {
+	for _, want := range []string{"catalog-retries", "attempts 3", "5xx,gateway-error", "at most 1 hedge(s) after 25ms", "keeps up to 2 failure retries", "spec.retryOn"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("RetriesPreserved message lacks %q: %s", want, msg)
 		}

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -75,8 +76,9 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 // (<svc>.<ns>.svc.cluster.local:<port>) and one on the listeners:
 //
 //   - MERGE on every routing route (action ROUTE): the hedged retry policy
-//     and the hedge policy, as the xDS translator sets them, and the terms of
-//     the policy's hedge account as route metadata. MERGE keeps what
+//     and the hedge policy, as the xDS translator sets them but keeping the
+//     mesh's failure retries (routeAction), and the terms of the policy's
+//     hedge account as route metadata. MERGE keeps what
 //     istiod or the user's VirtualService put on the route (destinations,
 //     weights, rewrites, timeouts); it overrides the retry policy's scalar
 //     fields (retry_on, num_retries, per_try_timeout,
@@ -111,8 +113,9 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     window, as on tailcut's own Envoy. It acts only on routes that carry
 //     its policy's metadata; other traffic passes untouched.
 //
-// A plan without a hedge (hedging off) merges num_retries 0, so turning
-// hedging off is a content change istiod pushes, not a removal.
+// A plan without a hedge (hedging off) merges no retry policy: the routes keep
+// the mesh's (or a VirtualService's) retries. Turning hedging off is still a
+// content change istiod pushes, not a removal.
 func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstructured.Unstructured, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -139,11 +142,10 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
 	account := xds.HedgeBudgetFilterFor(p.Name)
-	merged := &routev3.Route{Action: &routev3.Route_Route{Route: routeAction(p)}}
+	merged := &routev3.Route{Metadata: xds.OwnedRoute(account)}
 	if p.Hedge != nil {
-		merged.Metadata = xds.HedgeAccount(p, account)
-	} else {
-		merged.Metadata = xds.OwnedRoute(account)
+		merged.Action = &routev3.Route_Route{Route: routeAction(p)}
+		merged.Metadata = xds.HedgeAccount(p, account, meshRetries(p.Hedge))
 	}
 	hedgedRoute, err := asMap(merged)
 	if err != nil {
@@ -210,17 +212,59 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	return u, nil
 }
 
+// Istio's default retry policy on every HTTP route (meshConfig's
+// defaultHttpRetryPolicy unset), as istiod renders it.
+const (
+	MeshRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+	MeshRetries = 2
+)
+
 // routeAction is the part of the route the MERGE patch sets. No timeout: the
-// route keeps istiod's (none) or the VirtualService's.
+// route keeps istiod's (none) or the VirtualService's. With hedging off it
+// sets nothing: the route keeps the mesh's retries.
+//
+// With hedging on, the route retries on the mesh's default conditions and
+// the policy's, up to max(MeshRetries, maxHedges) times: Envoy counts hedges
+// and failure retries against one num_retries, so a request that is not
+// hedged keeps the mesh's two failure retries, and the hedge account caps a
+// hedged one at 1 + its hedges (the account's "retries" term). Where a
+// VirtualService sets retries, the patch replaces them (RetriesPreserved).
 func routeAction(p plan.RoutePlan) *routev3.RouteAction {
 	if p.Hedge == nil {
-		return &routev3.RouteAction{RetryPolicy: &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(0)}}
+		return nil
 	}
+	retry := xds.HedgeRetryPolicy(p.Hedge)
+	retry.RetryOn = RetryOn(p.Hedge.RetryOn)
+	retry.NumRetries = wrapperspb.UInt32(uint32(meshRetries(p.Hedge)))
 	return &routev3.RouteAction{
-		RetryPolicy: xds.HedgeRetryPolicy(p.Hedge),
+		RetryPolicy: retry,
 		HedgePolicy: &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
 	}
 }
+
+// RetryOn is the policy's retry conditions and the mesh's default ones.
+func RetryOn(policy []string) string {
+	on := slices.Clone(policy)
+	for _, c := range strings.Split(MeshRetryOn, ",") {
+		if !slices.Contains(on, c) {
+			on = append(on, c)
+		}
+	}
+	return strings.Join(on, ",")
+}
+
+// RetriesKept says, for status, what failure retries the policy's routes
+// keep.
+func RetriesKept(p plan.RoutePlan) string {
+	if p.Hedge == nil {
+		return "hedging is off: the routes keep the mesh's retries"
+	}
+	return fmt.Sprintf("requests make at most %d hedge(s) after %s; a hedged request makes at most %d attempts, hedges and retries together; one that is not hedged keeps up to %d failure retries, on %s (the mesh's default, %d on %s, and the policy's)",
+		p.Hedge.MaxHedges, p.Hedge.Delay, 1+p.Hedge.MaxHedges, meshRetries(p.Hedge), RetryOn(p.Hedge.RetryOn), MeshRetries, MeshRetryOn)
+}
+
+// meshRetries is the hedged route's num_retries on a mesh.
+func meshRetries(h *plan.Hedge) int { return max(MeshRetries, int(h.MaxHedges)) }
 
 // UnhedgedRouteName names the route inserted for the methods not hedged.
 const UnhedgedRouteName = "tailcut-unhedged"

@@ -87,6 +87,57 @@ func newReplica(t *testing.T, delay time.Duration) *replica {
 
 func (r *replica) port() int { return r.srv.Listener.Addr().(*net.TCPAddr).Port }
 
+// restart stops the replica as a restarting pod stops (its connections
+// closed, its port refusing) for down, then serves on the same port again.
+func (r *replica) restart(t *testing.T, down time.Duration) {
+	addr := r.srv.Listener.Addr().String()
+	_ = r.srv.Listener.Close()
+	r.srv.CloseClientConnections()
+	time.Sleep(down)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("restarting the replica on %s: %v", addr, err)
+		return
+	}
+	r.srv.Listener = l
+	go func() { _ = r.srv.Config.Serve(l) }()
+}
+
+// duringRestart sends GETs at 20 a second for 3 s through an Envoy listener
+// while r restarts (down from 1 to 2 s in), and returns the statuses.
+func duringRestart(t *testing.T, listenPort int, host string, port int, r *replica) map[int]int {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		codes = map[int]int{}
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		time.Sleep(time.Second)
+		r.restart(t, time.Second)
+	})
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := range 60 {
+		<-tick.C
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/item/restart-%d", listenPort, i), nil)
+			req.Host = fmt.Sprintf("%s:%d", host, port)
+			code := 0
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
 func (r *replica) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -476,6 +527,10 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	})
 	_, before := routes()
 	t.Logf("istiod's route before tailcut: %s", compact(before))
+	// The mesh's own retries carry requests across a replica's restart; the
+	// same run with tailcut's filter and patch comes later (#23, defect 4).
+	meshCodes := duringRestart(t, listenPort, host, port, fast)
+	t.Logf("60 GETs at 20/s while a replica restarts, istiod's routes alone: statuses %v", meshCodes)
 
 	measure := func(label, method string, n int) (time.Duration, map[string]int, map[string]int) {
 		return measureAt(t, label, listenPort, host, port, method, n, 1, slow, fast)
@@ -653,6 +708,16 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 	if leaked > 0 {
 		t.Errorf("%d of 50 responses carried %s to the client", leaked, xds.AttemptCountHeader)
+	}
+
+	// A replica restarts at a low rate: the account fits few hedges, and the
+	// requests it cannot hedge keep the mesh's failure retries. With the
+	// previous filter (x-envoy-max-retries: 0 for them) and patch (retries on
+	// reset,connect-failure only, once), they failed.
+	withCodes := duringRestart(t, listenPort2, host, port, fast)
+	t.Logf("60 GETs at 20/s while a replica restarts, with tailcut's patch and filter: statuses %v (istiod's routes alone: %v)", withCodes, meshCodes)
+	if withCodes[http.StatusOK] < meshCodes[http.StatusOK] {
+		t.Errorf("across a replica's restart: %v with tailcut's filter, %v with the mesh's routes alone; want as many answered as the mesh's own retries answer", withCodes, meshCodes)
 	}
 
 	rp.Hedge.Delay = 35 * time.Millisecond

@@ -62,6 +62,7 @@ type Publisher struct {
 type published struct {
 	version    string
 	overridden string // retriesOverridden's finding
+	retries    string // RetriesKept
 }
 
 var _ publish.Publisher = (*Publisher)(nil)
@@ -94,7 +95,7 @@ func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePol
 			existing.GetNamespace(), existing.GetName(), LabelManagedBy, ManagedBy)}
 	}
 	if existing != nil && existing.GetAnnotations()[AnnotationVersion] == version {
-		p.remember(key, version, overridden)
+		p.remember(key, version, overridden, RetriesKept(rp))
 		return nil
 	}
 	annotations := filter.GetAnnotations()
@@ -110,7 +111,7 @@ func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePol
 		}
 		return fmt.Errorf("applying EnvoyFilter %s/%s: %w", filter.GetNamespace(), filter.GetName(), err)
 	}
-	p.remember(key, version, overridden)
+	p.remember(key, version, overridden, RetriesKept(rp))
 	return nil
 }
 
@@ -143,17 +144,17 @@ func (p *Publisher) Status(key types.NamespacedName) publish.ProgramStatus {
 	if !ok {
 		return publish.ProgramStatus{}
 	}
-	return publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: pub.version, Overridden: pub.overridden,
+	return publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: pub.version, Overridden: pub.overridden, Retries: pub.retries,
 		Detail: fmt.Sprintf("EnvoyFilter %s/%s holds version %s; istiod pushes it to the proxies", key.Namespace, FilterName(key.Name), pub.version)}
 }
 
-func (p *Publisher) remember(key types.NamespacedName, version, overridden string) {
+func (p *Publisher) remember(key types.NamespacedName, version, overridden, retries string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.published == nil {
 		p.published = map[types.NamespacedName]published{}
 	}
-	p.published[key] = published{version: version, overridden: overridden}
+	p.published[key] = published{version: version, overridden: overridden, retries: retries}
 }
 
 func (p *Publisher) get(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {

@@ -67,13 +67,13 @@ func retriesOverridden(ctx context.Context, r client.Reader, p plan.RoutePlan) (
 	if len(found) == 0 {
 		return "", nil
 	}
-	hedge := "hedging is off, so those routes do not retry at all"
-	if h := p.Hedge; h != nil {
-		hedge = fmt.Sprintf("those routes now make at most %d hedge(s) after %s, and retry only on %s", h.MaxHedges, h.Delay, strings.Join(h.RetryOn, ","))
+	if p.Hedge == nil {
+		// Hedging off: the patch leaves the routes' retries alone.
+		return "", nil
 	}
 	return fmt.Sprintf("VirtualService %s sets retries on %s; the hedge replaces retry_on, num_retries and per_try_timeout on its routes: %s. "+
 		"Remove the retries from the VirtualService, or list the conditions you need in spec.retryOn",
-		strings.Join(found, ", "), Host(p.Service, p.Namespace), hedge), nil
+		strings.Join(found, ", "), Host(p.Service, p.Namespace), RetriesKept(p)), nil
 }
 
 func orNone(v any) any {

@@ -63,6 +63,9 @@ type ProgramStatus struct {
 	// Overridden, when set, says what user configuration the policy
 	// overrides (Istio: a VirtualService's retries on the same host).
 	Overridden string
+	// Retries, when set, says what failure retries the policy's routes keep
+	// (Istio: the mesh's defaults beside the hedges).
+	Retries string
 }
 
 // SyncWaiter is implemented by publishers that serve nothing after start-up

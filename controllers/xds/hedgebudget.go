@@ -67,9 +67,12 @@ func OwnedRoute(filter string) *corev3.Metadata {
 }
 
 // HedgeAccount is the hedged route's metadata for the account filter named
-// filter: its policy's account and the account's terms.
-func HedgeAccount(p plan.RoutePlan, filter string) *corev3.Metadata {
+// filter: its policy's account and the account's terms. retries is the
+// route's num_retries: where it exceeds the hedges (a mesh's failure
+// retries), the account caps the attempts of every request it hedges.
+func HedgeAccount(p plan.RoutePlan, filter string, retries int) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{filter: {Fields: map[string]*structpb.Value{
+		"retries":    structpb.NewNumberValue(float64(retries)),
 		"account":    structpb.NewStringValue(p.Name),
 		"ratio":      structpb.NewNumberValue(p.Budget.HedgeRatio()),
 		"window":     structpb.NewNumberValue(plan.HedgeWindow.Seconds()),

@@ -15,7 +15,11 @@
 --   committed within the window stay within `ratio` of the requests that
 --   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
 --   when fewer fit) are committed when it arrives, since Envoy sends them
---   later, when the request has run past the delay. A request that fits none
+--   later, when the request has run past the delay. Envoy counts hedges and
+--   failure retries alike against the route's num_retries (`retries`, when
+--   set: on a mesh it keeps the mesh's failure retries), so a hedged request
+--   leaves with x-envoy-max-retries set to its hedges when they are fewer.
+--   A request that fits none
 --   goes out with x-envoy-upstream-rq-per-try-timeout-ms: 0: no per-try
 --   timeout, so Envoy does not hedge it, while it still retries a reset or
 --   a failed connection as the route allows. (x-envoy-max-retries: 0, as
@@ -77,6 +81,7 @@ local function account(handle)
       return nil
     end
   end
+  terms.retries = md:get("retries") or terms.hedges
   local a = accounts[terms.account]
   if a == nil or a.window ~= terms.window then
     -- A new window cannot take back what the old one committed: answers
@@ -143,7 +148,7 @@ function envoy_on_request(request_handle)
     headers:add("x-envoy-upstream-rq-per-try-timeout-ms", "0")
     return
   end
-  if fit < terms.hedges then
+  if fit < terms.retries then
     headers:add("x-envoy-max-retries", tostring(fit))
   end
   if left - fit < terms.late_below then

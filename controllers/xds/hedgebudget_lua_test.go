@@ -185,6 +185,38 @@ result = show(s.hdrs)`)
 	}
 }
 
+// TestMeshRetriesStayBesideTheHedge is #23's defect 4 in the account: on a
+// mesh the hedged route keeps the mesh's two failure retries (retries 2)
+// beside one hedge. A request the account hedges leaves capped at its hedge
+// (Envoy counts hedges and retries together); one it cannot hedge keeps the
+// route's two retries, with no per-try timeout to hedge on.
+func TestMeshRetriesStayBesideTheHedge(t *testing.T) {
+	L := newLuaAccount(t)
+	got := doLua(t, L, `
+now = 4000
+local function mesh(account)
+  local t = terms(account)
+  t.retries = 2
+  return t
+end
+local first = stream(mesh("ns/mesh"), {})
+envoy_on_request(first)
+for i = 1, 200 do
+  local s = stream(mesh("ns/mesh"), {})
+  envoy_on_request(s)
+  s.hdrs = {["x-envoy-attempt-count"] = "1"}
+  envoy_on_response(s)
+end
+local hedged = stream(mesh("ns/mesh"), {})
+envoy_on_request(hedged)
+result = string.format("not hedged: max-retries=%s per-try=%s; hedged: max-retries=%s per-try=%s",
+  tostring(first.hdrs["x-envoy-max-retries"]), tostring(first.hdrs["x-envoy-upstream-rq-per-try-timeout-ms"]),
+  tostring(hedged.hdrs["x-envoy-max-retries"]), tostring(hedged.hdrs["x-envoy-upstream-rq-per-try-timeout-ms"]))`)
+	if want := "not hedged: max-retries=nil per-try=0; hedged: max-retries=1 per-try=nil"; got.String() != want {
+		t.Errorf("%s, want %s", got, want)
+	}
+}
+
 // TestAttemptCountStaysInside is #23's defect 11: the attempt count reached
 // clients on tailcut's routes without an account. The filter removes it on
 // every route tailcut owns, and leaves other routes' answers alone.
