@@ -33,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -47,11 +48,19 @@ import (
 // istio.io/api module (the version go.mod names) and tailcut's.
 func startAPIServer(t *testing.T) client.Client {
 	t.Helper()
+	_, c := startAPIServerWith(t, func(*envtest.Environment) {})
+	return c
+}
+
+// startAPIServerWith is startAPIServer with the environment changed by
+// configure first; it returns the environment too (to add users).
+func startAPIServerWith(t *testing.T, configure func(*envtest.Environment)) (*envtest.Environment, client.Client) {
+	t.Helper()
 	crds, err := envtestutil.IstioCRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, cfg, err := envtestutil.Start(crds)
+	env, cfg, err := envtestutil.StartWith(configure, crds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +69,7 @@ func startAPIServer(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return env, c
 }
 
 // TestGoldenFiltersPassServerSideDryRun sends every golden EnvoyFilter to the

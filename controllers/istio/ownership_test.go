@@ -45,21 +45,9 @@ import (
 // The policy's name is the longest the API allows (253): the EnvoyFilter's
 // name and its policy label were too long for it.
 func TestPublisherUnderOpenShiftsOwnerRules(t *testing.T) {
-	crds, err := envtestutil.IstioCRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, cfg, err := envtestutil.StartWith(func(e *envtest.Environment) {
+	env, admin := startAPIServerWith(t, func(e *envtest.Environment) {
 		e.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	}, crds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	admin, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ctx := context.Background()
 	const operator = "tailcut-operator"
 	for _, file := range []string{"role.yaml", "istio_role.yaml"} {

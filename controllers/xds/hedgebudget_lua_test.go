@@ -56,6 +56,17 @@ function terms(account)
   return {account = account, ratio = 0.05, window = 30, hedges = 1, late_below = 5, late_ms = 30}
 end
 
+-- answered sends n requests on a route with metadata md, each answered
+-- after one attempt.
+function answered(md, n)
+  for i = 1, n do
+    local s = stream(md, {})
+    envoy_on_request(s)
+    s.hdrs = {["x-envoy-attempt-count"] = "1"}
+    envoy_on_response(s)
+  end
+end
+
 -- accountsHeld counts the accounts the script keeps (its local "accounts").
 function accountsHeld()
   local i = 1
@@ -163,12 +174,7 @@ result = show(s.hdrs)`)
 	// the delay: the route's retries and per-try timeout, nothing of the
 	// client's.
 	got = doLua(t, L, show+`
-for i = 1, 200 do
-  local s = stream(terms("ns/web"), {})
-  envoy_on_request(s)
-  s.hdrs = {["x-envoy-attempt-count"] = "1"}
-  envoy_on_response(s)
-end
+answered(terms("ns/web"), 200)
 local s = stream(terms("ns/web"), `+hostile+`)
 envoy_on_request(s)
 result = show(s.hdrs)`)
@@ -201,12 +207,7 @@ local function mesh(account)
 end
 local first = stream(mesh("ns/mesh"), {})
 envoy_on_request(first)
-for i = 1, 200 do
-  local s = stream(mesh("ns/mesh"), {})
-  envoy_on_request(s)
-  s.hdrs = {["x-envoy-attempt-count"] = "1"}
-  envoy_on_response(s)
-end
+answered(mesh("ns/mesh"), 200)
 local hedged = stream(mesh("ns/mesh"), {})
 envoy_on_request(hedged)
 result = string.format("not hedged: max-retries=%s per-try=%s; hedged: max-retries=%s per-try=%s",
