@@ -82,7 +82,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) 
 		return nil
 	}
 	if st.node == "" && req.GetNode() != nil {
-		st.node = req.GetNode().GetId()
+		st.node = peerText(req.GetNode().GetId(), maxNodeID)
 		s.checkNode(req.GetNode())
 	}
 	typ := req.GetTypeUrl()
@@ -98,9 +98,9 @@ func (c callbacks) OnStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) 
 		return nil // answering an older response
 	}
 	if detail := req.GetErrorDetail(); detail != nil {
-		st.nacked[typ] = rejection{version: last.version, detail: detail.GetMessage()}
+		st.nacked[typ] = rejection{version: last.version, detail: peerText(detail.GetMessage(), maxNackDetail)}
 		nacksTotal.WithLabelValues(shortType(typ)).Inc()
-		s.log.Info("proxy rejected xDS update", "node", st.node, "type", shortType(typ), "version", last.version, "error", detail.GetMessage())
+		s.log.Info("proxy rejected xDS update", "node", st.node, "type", shortType(typ), "version", last.version, "error", st.nacked[typ].detail)
 		// Envoy NACKs with the version it still runs. The snapshot cache
 		// would answer that with the rejected version at once, and again after
 		// every NACK; marking the rejected version as seen makes it wait for the

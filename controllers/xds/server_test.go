@@ -215,6 +215,35 @@ func TestServerAckNack(t *testing.T) {
 		t.Errorf("the NACK should be marked as having seen %s so the cache waits for a new snapshot; has %q", rv2, nack.VersionInfo)
 	}
 
+	// #23, defect 6: any client of the xDS port can NACK, and its text went
+	// into every policy's status as sent. A second client, with a node id and
+	// a NACK of 100 KB holding newlines, a terminal escape and a
+	// bidirectional override, gets a bounded, one-line message.
+	hostile := "\x1b[31mRED\u202e\n" + strings.Repeat("x", 100<<10)
+	if err := cb.OnStreamOpen(ctx, 3, ""); err != nil {
+		t.Fatal(err)
+	}
+	_ = cb.OnStreamRequest(3, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "a\nb" + hostile}, TypeUrl: resourcev3.RouteType})
+	cb.OnStreamResponse(ctx, 3, nil, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.RouteType, VersionInfo: rv2, Nonce: "9"})
+	_ = cb.OnStreamRequest(3, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, VersionInfo: tv[resourcev3.RouteType], ResponseNonce: "9",
+		ErrorDetail: &status.Status{Message: hostile}})
+	var rejections []string
+	for _, st := range s.streams {
+		for _, n := range st.nacked {
+			rejections = append(rejections, st.node+" rejected: "+n.detail)
+		}
+	}
+	for _, r := range rejections {
+		if len(r) > maxNodeID+maxNackDetail+len(" rejected: ") || strings.ContainsAny(r, "\n\x1b\u202e") {
+			t.Errorf("a NACK reached status as %d bytes (%q...); want at most %d, on one line, without control characters",
+				len(r), r[:min(len(r), 80)], maxNodeID+maxNackDetail+len(" rejected: "))
+		}
+	}
+	if len(rejections) != 2 {
+		t.Errorf("%d rejections held, want 2 (one per client)", len(rejections))
+	}
+	cb.OnStreamClosed(3, nil)
+
 	cb.OnStreamClosed(1, node)
 	if st := s.Status(keyOf(p)); st.Connected != 0 || st.Programmed != 0 {
 		t.Fatalf("after close: %+v", st)
