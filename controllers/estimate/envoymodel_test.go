@@ -262,6 +262,9 @@ func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Optio
 	if err != nil {
 		s.t.Fatalf("simProm: %q: %v", q, err)
 	}
+	if vs, ok := expr.(*parser.VectorSelector); ok {
+		return s.totals(vs, ts), nil, nil
+	}
 	if agg, ok := expr.(*parser.AggregateExpr); ok {
 		if vs, ok := agg.Expr.(*parser.VectorSelector); ok {
 			return s.totals(vs, ts), nil, nil
@@ -336,8 +339,6 @@ func (s *simProm) Query(_ context.Context, q string, ts time.Time, _ ...v1.Optio
 	return nil, nil, nil
 }
 
-// totals answers the sampler's queries: the cumulative values of the last
-// scrape at or before ts, by envoy_cluster_name (and le).
 // lastScrape is the model's last scrape at or before ts, if vs selects its
 // cluster.
 func (s *simProm) lastScrape(vs *parser.VectorSelector, ts time.Time) *scrape {
@@ -365,6 +366,9 @@ func (s *simProm) scrapedAt(vs *parser.VectorSelector, ts time.Time) model.Vecto
 		Value: model.SampleValue(float64(last.at.UnixMilli()) / 1000), Timestamp: model.TimeFromUnixNano(ts.UnixNano())}}
 }
 
+// totals answers the sampler's queries: the cumulative values of the last
+// scrape at or before ts, of the model's one proxy, by envoy_cluster_name
+// (and le).
 func (s *simProm) totals(vs *parser.VectorSelector, ts time.Time) model.Vector {
 	last := s.lastScrape(vs, ts)
 	if last == nil {
@@ -403,7 +407,7 @@ func (s *simProm) totals(vs *parser.VectorSelector, ts time.Time) model.Vector {
 			if i < len(s.model.bounds) {
 				le = strconv.FormatFloat(s.model.bounds[i], 'f', -1, 64)
 			}
-			vec = append(vec, &model.Sample{Metric: model.Metric{envoyClusterLabel: model.LabelValue(s.model.cluster), model.BucketLabel: model.LabelValue(le)},
+			vec = append(vec, &model.Sample{Metric: model.Metric{model.MetricNameLabel: "envoy_cluster_upstream_rq_time_bucket", envoyClusterLabel: model.LabelValue(s.model.cluster), model.BucketLabel: model.LabelValue(le)},
 				Value: model.SampleValue(last.cum[i]), Timestamp: at})
 		}
 		return vec

@@ -44,10 +44,14 @@ var (
 		Name: "tailcut_hedge_rate",
 		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%): the last reading, as in status.hedgeRate.",
 	}, []string{"policy"})
+	samplerMemoryBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tailcut_sampler_memory_bytes",
+		Help: "Estimated size of the latency and hedge totals the sampler keeps for the policies of source Envoy; at most 64MiB, beyond which routes' totals are kept further apart (their policies' status.delayReason says so).",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate)
+	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate, samplerMemoryBytes)
 }
 
 func policyLabel(policy *tailcutv1alpha1.HedgePolicy) string {

@@ -118,6 +118,7 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		return Result{}, err
 	}
 	var r readings
+	var coarse time.Duration
 	switch {
 	case sp.hold != "":
 	case p.memory == nil:
@@ -128,10 +129,14 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 			sp.hold = "the sampler has not read this span yet"
 			break
 		}
-		sp = sampled
+		sp, coarse = sampled, a.coarse
 		r = p.interpret(policy, &auto, qs, sp, a)
 	}
 	res := decide(policy, &auto, sp, r, now)
+	if coarse > 0 {
+		res.Reason += fmt.Sprintf("; the sampler's memory is full: it keeps this route's totals %s apart, spans start up to that much late",
+			promDuration(coarse))
+	}
 	failed := ""
 	if sp.hold == "" && !res.Derived {
 		failed = res.DerivedReason
@@ -220,6 +225,9 @@ type answers struct {
 	// window ago, of the last evaluation interval and of the one before it,
 	// for the "hedging hurts" guard; empty when not needed.
 	prev, last, earlier answer
+	// coarse is, when the sampler's memory is full, how far apart it keeps
+	// the cluster's totals (memory.fit); zero when as its retention asks.
+	coarse time.Duration
 }
 
 // needsHistory says whether the "hedging hurts" guard needs the previous

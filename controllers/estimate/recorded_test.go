@@ -39,7 +39,11 @@ type recordedTick struct {
 	Attempts float64            `json:"attempts"`
 }
 
-// loadTicks fills a sampler memory with recorded ticks of one cluster.
+// loadTicks fills a sampler memory with recorded ticks of one cluster. The
+// recording holds what the sampler read then, the cluster's counts summed
+// over the proxies; they are loaded as one proxy's series. No count falls
+// from one recorded tick to the next, so the per-proxy arithmetic reads them
+// as the summing sampler did.
 func loadTicks(t *testing.T, file, cluster string) *memory {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", file))
@@ -51,10 +55,21 @@ func loadTicks(t *testing.T, file, cluster string) *memory {
 		t.Fatal(err)
 	}
 	m := &memory{own: map[types.NamespacedName]ownReading{}}
-	for _, rt := range ticks {
+	for i, rt := range ticks {
+		if i > 0 {
+			prev := ticks[i-1]
+			fell := rt.Retries < prev.Retries || rt.Attempts < prev.Attempts
+			for le, v := range rt.Buckets {
+				fell = fell || v < prev.Buckets[le]
+			}
+			if fell {
+				t.Fatalf("%s: the sums fall at %s; they cannot be read as one proxy's counts", file, rt.At)
+			}
+		}
 		m.add(envoyTick{at: rt.At, clusters: map[string]*clusterTotals{cluster: {
-			buckets: rt.Buckets, retries: rt.Retries, attempts: rt.Attempts, counters: true, scraped: rt.Scraped,
-		}}}, time.Hour)
+			series:  map[uint64]*seriesTotals{1: {buckets: rt.Buckets, retries: rt.Retries, attempts: rt.Attempts, counters: true}},
+			scraped: rt.Scraped,
+		}}}, time.Hour, nil)
 	}
 	return m
 }

@@ -18,7 +18,6 @@ package estimate
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
 )
 
 // The sampler reads Prometheus on its own schedule, so that no reconcile ever
@@ -38,16 +38,15 @@ import (
 //
 // For the Envoy source, one tick sends three queries whatever the number of
 // policies: the cumulative latency histogram and the hedge and request
-// counters of every hedged cluster (hedgedClusters), summed over the proxies,
+// counters of every hedged cluster (hedgedClusters), one series per proxy,
 // and when Prometheus scraped those counters. The sampler keeps these totals
 // for two windows. A policy's reading over any span is the difference of two
-// ticks, computed when its reconcile asks for it (Estimate), from memory. A
-// span starts at the first tick whose counters were scraped after the span
-// began: a tick taken after a delay change may still hold a scrape from before
-// it, and counting that scrape's requests against the new delay (hedged at
-// the old one) would misjudge it. A counter that went down between two ticks
-// was reset (a proxy restarted): its later value is the increase, as
-// Prometheus' increase() counts it.
+// ticks, computed when its reconcile asks for it (Estimate), from memory,
+// proxy by proxy, and then summed (increase says how a restart, a missed
+// scrape or a new proxy count). A span starts at the first tick whose
+// counters were scraped after the span began: a tick taken after a delay
+// change may still hold a scrape from before it, and counting that scrape's
+// requests against the new delay (hedged at the old one) would misjudge it.
 //
 // Workload and Custom sources have a query of their own per policy: the
 // sampler sends it when the policy is due, for the span the policy's status
@@ -72,9 +71,20 @@ const (
 const hedgedClusters = `tailcut_.+_[0-9]+`
 
 // The sampler's queries, one per tick for every policy of source Envoy.
+//
+// The histogram and the counters are not summed over the proxies: a sum falls
+// when one proxy restarts, stops, or misses a scrape (Prometheus then marks
+// its series stale), and a fall read as a reset counted the other proxies'
+// whole lifetime, hedged at older delays, as new requests (issue #23: 9,470
+// requests read instead of about 2,000 when one of two Envoys stopped, 15%
+// "hedged", the delay raised from 18.7 to 50.6ms). Each series comes with
+// all its labels: besides the cluster (and le), the ones that tell the
+// proxies apart, whatever the scrape config adds (instance, pod, namespace,
+// service, endpoint, job with a ServiceMonitor). There is nothing to
+// aggregate: Envoy exports these stats with no label but the cluster.
 var (
-	sampleBuckets  = `sum by (envoy_cluster_name, le) (envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name=~"` + hedgedClusters + `"})`
-	sampleCounters = `sum by (__name__, envoy_cluster_name) ({__name__=~"` + retryMetric + `|` + attemptMetric + `",envoy_cluster_name=~"` + hedgedClusters + `"})`
+	sampleBuckets  = envoyLatencyMetric + `_bucket{envoy_cluster_name=~"` + hedgedClusters + `"}`
+	sampleCounters = `{__name__=~"` + retryMetric + `|` + attemptMetric + `",envoy_cluster_name=~"` + hedgedClusters + `"}`
 	// sampleScraped is when the oldest of a cluster's request counters (one
 	// per proxy) was scraped, in seconds since the epoch.
 	sampleScraped = `min by (envoy_cluster_name) (timestamp(` + attemptMetric + `{envoy_cluster_name=~"` + hedgedClusters + `"}))`
@@ -84,6 +94,10 @@ const (
 	retryMetric   = "envoy_cluster_upstream_rq_retry"
 	attemptMetric = "envoy_cluster_upstream_rq_total"
 )
+
+// notProxy are the labels left out of a series' identity: the metric's name
+// and the bucket's bound. The others name one proxy's counts of one cluster.
+var notProxy = map[model.LabelName]struct{}{model.MetricNameLabel: {}, model.BucketLabel: {}}
 
 // PolicyLister lists every HedgePolicy (from the manager's cache).
 type PolicyLister func(ctx context.Context) ([]tailcutv1alpha1.HedgePolicy, error)
@@ -155,6 +169,8 @@ type scanned struct {
 	tick  time.Duration // see tickFor
 	keep  time.Duration // how long readings are kept: two of the longest windows
 	envoy bool          // a policy reads the Envoy source
+	// retain is, for each cluster read for a policy, what memory keeps of it.
+	retain map[string]retention
 }
 
 func (s *Sampler) scan(ctx context.Context) (scanned, error) {
@@ -162,7 +178,7 @@ func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 	if err != nil {
 		return scanned{}, err
 	}
-	sc := scanned{tick: maxTick, keep: 2 * time.Minute}
+	sc := scanned{tick: maxTick, keep: 2 * time.Minute, retain: map[string]retention{}}
 	for i := range list {
 		p := &list[i]
 		if !p.DeletionTimestamp.IsZero() || p.Spec.Suspend || p.Spec.EffectiveDelayMode() != tailcutv1alpha1.DelayModeAuto {
@@ -172,7 +188,23 @@ func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 		a := p.Spec.EffectiveAuto()
 		sc.tick = min(sc.tick, p.Spec.EffectiveEvaluationInterval())
 		sc.keep = max(sc.keep, 2*a.Window.Duration)
-		sc.envoy = sc.envoy || sampledByCluster(p, &a)
+		if sampledByCluster(p, &a) {
+			sc.envoy = true
+			cluster := plan.ClusterName(p.Namespace, p.Spec.TargetRef.Name, p.Spec.TargetRef.Port)
+			interval := p.Spec.EffectiveEvaluationInterval()
+			r, ok := sc.retain[cluster]
+			if !ok {
+				r.spacing = interval
+			}
+			r.keep = max(r.keep, 2*a.Window.Duration, 2*interval)
+			r.spacing = min(r.spacing, interval)
+			sc.retain[cluster] = r
+		}
+	}
+	for c, r := range sc.retain {
+		r.spacing = tickFor(r.spacing)
+		r.keep += 2 * r.spacing
+		sc.retain[c] = r
 	}
 	sc.tick = tickFor(sc.tick)
 	return sc, nil
@@ -186,7 +218,7 @@ func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
 		return minTick
 	}
 	if sc.envoy {
-		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick)
+		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick, sc.retain)
 	}
 	due := s.due(sc.auto, now, sc.tick)
 	s.readOwn(ctx, due, now)
@@ -212,32 +244,46 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 			return t
 		}
 	}
-	totals := func(v model.Value, fill func(*clusterTotals, *model.Sample)) {
+	cluster := func(smp *model.Sample) *clusterTotals {
+		name := string(smp.Metric[envoyClusterLabel])
+		c := t.clusters[name]
+		if c == nil {
+			c = &clusterTotals{series: map[uint64]*seriesTotals{}}
+			t.clusters[name] = c
+		}
+		return c
+	}
+	totals := func(v model.Value, fill func(*seriesTotals, *model.Sample)) {
 		vec, _ := v.(model.Vector)
 		for _, smp := range vec {
-			name := string(smp.Metric[envoyClusterLabel])
-			c := t.clusters[name]
-			if c == nil {
-				c = &clusterTotals{buckets: map[string]float64{}}
-				t.clusters[name] = c
+			c := cluster(smp)
+			id := model.SignatureWithoutLabels(smp.Metric, notProxy)
+			s := c.series[id]
+			if s == nil {
+				s = &seriesTotals{}
+				c.series[id] = s
 			}
-			fill(c, smp)
+			fill(s, smp)
 		}
 	}
-	totals(buckets.v, func(c *clusterTotals, smp *model.Sample) {
-		c.buckets[string(smp.Metric[model.BucketLabel])] = float64(smp.Value)
+	totals(buckets.v, func(s *seriesTotals, smp *model.Sample) {
+		if s.buckets == nil {
+			s.buckets = map[string]float64{}
+		}
+		s.buckets[string(smp.Metric[model.BucketLabel])] = float64(smp.Value)
 	})
-	totals(counters.v, func(c *clusterTotals, smp *model.Sample) {
+	totals(counters.v, func(s *seriesTotals, smp *model.Sample) {
 		switch smp.Metric[model.MetricNameLabel] {
 		case retryMetric:
-			c.retries, c.counters = float64(smp.Value), true
+			s.retries, s.counters = float64(smp.Value), true
 		case attemptMetric:
-			c.attempts, c.counters = float64(smp.Value), true
+			s.attempts, s.counters = float64(smp.Value), true
 		}
 	})
-	totals(scraped.v, func(c *clusterTotals, smp *model.Sample) {
-		c.scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
-	})
+	vec, _ := scraped.v.(model.Vector)
+	for _, smp := range vec {
+		cluster(smp).scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
+	}
 	return t
 }
 
@@ -332,192 +378,4 @@ func (s *Sampler) enqueue(ctx context.Context, due []*tailcutv1alpha1.HedgePolic
 			return
 		}
 	}
-}
-
-// memory is what the sampler read, for Estimate.
-type memory struct {
-	mu    sync.RWMutex
-	ticks []envoyTick // oldest first
-	own   map[types.NamespacedName]ownReading
-}
-
-// envoyTick is every hedged cluster's cumulative totals at one tick, or the
-// error that kept the sampler from reading them.
-type envoyTick struct {
-	at       time.Time
-	err      error
-	clusters map[string]*clusterTotals
-}
-
-// clusterTotals are one cluster's cumulative counts, summed over the proxies.
-type clusterTotals struct {
-	buckets           map[string]float64 // by le
-	retries, attempts float64
-	counters          bool
-	// scraped is when Prometheus scraped the counters (the oldest proxy's);
-	// zero when unknown.
-	scraped time.Time
-}
-
-// ownReading is what a Workload or Custom policy's queries answered, for the
-// span that starts at since.
-type ownReading struct {
-	since   time.Time
-	answers answers
-}
-
-// add keeps a tick and forgets those older than keep, but for one: a span
-// starting at the edge still needs the tick before it.
-func (m *memory) add(t envoyTick, keep time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ticks = append(m.ticks, t)
-	cut := 0
-	for cut+1 < len(m.ticks) && t.at.Sub(m.ticks[cut+1].at) >= keep {
-		cut++
-	}
-	m.ticks = slices.Delete(m.ticks, 0, cut)
-}
-
-func (m *memory) setOwn(key types.NamespacedName, r ownReading) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.own[key] = r
-}
-
-// ownAnswers returns what a Workload or Custom policy's queries answered for
-// the span sp, if the sampler read that span.
-func (m *memory) ownAnswers(key types.NamespacedName, sp span) (answers, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	r, ok := m.own[key]
-	if !ok || !r.since.Equal(sp.since) {
-		return answers{}, false
-	}
-	return r.answers, true
-}
-
-// envoyAnswers computes a cluster's readings from the ticks: over the span
-// since sp.since (adjusted to the ticks it covers), and, when the guard needs
-// them, over the window that ended one window ago and the last interval. ok
-// is false until two ticks cover the span.
-func (m *memory) envoyAnswers(cluster string, sp span, window, interval time.Duration) (answers, span, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	n := len(m.ticks)
-	if n < 2 {
-		return answers{}, sp, false
-	}
-	latest := m.ticks[n-1]
-	if latest.err != nil {
-		a := answer{err: latest.err}
-		return answers{buckets: a, retries: a, attempts: a}, sp, true
-	}
-	from := m.firstScrapedAfter(cluster, sp.since)
-	if from < 0 || from >= n-1 {
-		return answers{}, sp, false
-	}
-	// The span's start is the tick it is read from; its length stays the one
-	// asked for, so that messages do not change while memory fills up.
-	sp.since = m.ticks[from].at
-	a := m.increase(cluster, from, n-1)
-	a.prev = m.increase(cluster, m.before(latest.at.Add(-2*window)), m.before(latest.at.Add(-window))).buckets
-	a.last = m.increase(cluster, m.before(latest.at.Add(-interval)), n-1).buckets
-	a.earlier = m.increase(cluster, m.before(latest.at.Add(-2*interval)), m.before(latest.at.Add(-interval))).buckets
-	return a, sp, true
-}
-
-// firstScrapedAfter is the index of the first good tick that holds the
-// cluster as scraped at or after t (by the tick's time when the scrape time is
-// unknown), or, when memory begins after t, of the oldest tick; -1 when there
-// is none yet.
-func (m *memory) firstScrapedAfter(cluster string, t time.Time) int {
-	for j, tk := range m.ticks {
-		if tk.err != nil {
-			continue
-		}
-		at := tk.at
-		if c := tk.clusters[cluster]; c != nil && !c.scraped.IsZero() {
-			at = c.scraped
-		}
-		if j == 0 && tk.at.After(t) || !at.Before(t) {
-			return j
-		}
-	}
-	return -1
-}
-
-// before is the index of the last good tick at or before t, or of the oldest.
-func (m *memory) before(t time.Time) int {
-	i := 0
-	for j, tk := range m.ticks {
-		if tk.at.After(t) {
-			break
-		}
-		if tk.err == nil {
-			i = j
-		}
-	}
-	return i
-}
-
-// increase sums a cluster's increases from tick i to tick j, skipping ticks
-// that failed. A count that went down was reset: its later value is the
-// increase.
-func (m *memory) increase(cluster string, i, j int) answers {
-	if i >= j {
-		return answers{buckets: answer{err: errEmptyCDF}}
-	}
-	inc := &clusterTotals{buckets: map[string]float64{}}
-	var prev *clusterTotals
-	seen := false
-	for k := i; k <= j; k++ {
-		tk := m.ticks[k]
-		if tk.err != nil {
-			continue
-		}
-		cur := tk.clusters[cluster]
-		if cur == nil {
-			continue
-		}
-		seen = seen || k == j
-		if prev != nil {
-			for le, v := range cur.buckets {
-				inc.buckets[le] += grow(prev.buckets[le], v)
-			}
-			inc.retries += grow(prev.retries, cur.retries)
-			inc.attempts += grow(prev.attempts, cur.attempts)
-			inc.counters = inc.counters || cur.counters
-		} else if k > i {
-			// The cluster appeared after the span began: its counts are new.
-			for le, v := range cur.buckets {
-				inc.buckets[le] += v
-			}
-			inc.retries, inc.attempts, inc.counters = cur.retries, cur.attempts, cur.counters
-		}
-		prev = cur
-	}
-	if !seen {
-		// No series for the cluster now: Envoy has not served the route,
-		// or Prometheus does not scrape it.
-		return answers{buckets: answer{v: model.Vector{}}, retries: answer{v: model.Vector{}}, attempts: answer{v: model.Vector{}}}
-	}
-	var vec model.Vector
-	for le, v := range inc.buckets {
-		vec = append(vec, &model.Sample{Metric: model.Metric{model.BucketLabel: model.LabelValue(le)}, Value: model.SampleValue(v)})
-	}
-	a := answers{buckets: answer{v: vec}, retries: answer{v: model.Vector{}}, attempts: answer{v: model.Vector{}}}
-	if inc.counters {
-		a.retries.v = model.Vector{{Value: model.SampleValue(inc.retries)}}
-		a.attempts.v = model.Vector{{Value: model.SampleValue(inc.attempts)}}
-	}
-	return a
-}
-
-// grow is a counter's increase from a to b: b itself after a reset.
-func grow(a, b float64) float64 {
-	if b < a {
-		return b
-	}
-	return b - a
 }

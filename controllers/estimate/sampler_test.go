@@ -30,11 +30,14 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
-// tickAt builds one tick: cluster -> (count at le=16, count at +Inf, retries, attempts).
+// tickAt builds one tick of one proxy: cluster -> (count at le=16, count at
+// +Inf, retries, attempts).
 func tickAt(at time.Time, clusters map[string][4]float64) envoyTick {
 	t := envoyTick{at: at, clusters: map[string]*clusterTotals{}}
 	for name, v := range clusters {
-		t.clusters[name] = &clusterTotals{buckets: map[string]float64{"16": v[0], "+Inf": v[1]}, retries: v[2], attempts: v[3], counters: true}
+		t.clusters[name] = &clusterTotals{series: map[uint64]*seriesTotals{1: {
+			buckets: map[string]float64{"16": v[0], "+Inf": v[1]}, retries: v[2], attempts: v[3], counters: true,
+		}}}
 	}
 	return t
 }
@@ -59,7 +62,8 @@ func bucketsOf(a answer) map[string]float64 {
 
 // TestSamplerIncreases works the sampler's arithmetic out by hand: a span's
 // reading is the difference of its ticks, a reset counts its later value, a
-// failed tick in between is skipped, and a cluster that appears counts from 0.
+// failed tick in between is skipped, and a cluster that appears counts from
+// its first sample (TestSamplerCountsEachProxy has several proxies).
 func TestSamplerIncreases(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	m := &memory{}
@@ -68,12 +72,12 @@ func TestSamplerIncreases(t *testing.T) {
 		tickAt(t0, map[string][4]float64{c: {100, 110, 5, 115}}),
 		tickAt(t0.Add(5*time.Second), map[string][4]float64{c: {200, 220, 10, 230}}),
 		{at: t0.Add(10 * time.Second), err: errors.New("Prometheus did not answer")},
-		// A proxy restarted: the sums fell.
+		// The proxy restarted: its counts fell.
 		tickAt(t0.Add(15*time.Second), map[string][4]float64{c: {50, 60, 2, 62}, fresh: {10, 10, 0, 10}}),
 		tickAt(t0.Add(20*time.Second), map[string][4]float64{c: {150, 165, 7, 172}, fresh: {30, 35, 1, 36}}),
 	}
 	for _, tk := range ticks {
-		m.add(tk, time.Hour)
+		m.add(tk, time.Hour, nil)
 	}
 	sp := span{since: t0, rng: 20 * time.Second}
 	a, got, ok := m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
@@ -92,10 +96,18 @@ func TestSamplerIncreases(t *testing.T) {
 	if b := bucketsOf(a.last); b["16"] != 100 || b["+Inf"] != 105 {
 		t.Errorf("last interval %v, want le=16 100, +Inf 105", b)
 	}
-	// A cluster that appeared after the span began counts from zero.
+	// A cluster that appeared after the span began counts from its first
+	// sample: before it, its proxy may have counted a lifetime.
 	a, _, _ = m.envoyAnswers(fresh, sp, 30*time.Second, 5*time.Second)
-	if b := bucketsOf(a.buckets); b["16"] != 30 || b["+Inf"] != 35 {
-		t.Errorf("new cluster %v, want le=16 30, +Inf 35", b)
+	if b := bucketsOf(a.buckets); b["16"] != 20 || b["+Inf"] != 25 {
+		t.Errorf("new cluster %v, want le=16 20, +Inf 25", b)
+	}
+	// A cluster first seen at the last tick has nothing measured yet.
+	late := tickAt(t0.Add(20*time.Second), map[string][4]float64{"tailcut_shop_late_80": {5, 5, 0, 5}})
+	m.intern(&late)
+	m.ticks[len(m.ticks)-1].clusters["tailcut_shop_late_80"] = late.clusters["tailcut_shop_late_80"]
+	if _, _, ok := m.envoyAnswers("tailcut_shop_late_80", sp, 30*time.Second, 5*time.Second); ok {
+		t.Error("a cluster with one sample read something")
 	}
 	// A cluster nobody scrapes has no series: NoData, not zero traffic.
 	a, _, _ = m.envoyAnswers("tailcut_shop_gone_80", sp, 30*time.Second, 5*time.Second)
@@ -107,7 +119,7 @@ func TestSamplerIncreases(t *testing.T) {
 		t.Error("a span after the last tick read something")
 	}
 	// When the last tick failed, that failure is the answer.
-	m.add(envoyTick{at: t0.Add(25 * time.Second), err: errors.New("timeout")}, time.Hour)
+	m.add(envoyTick{at: t0.Add(25 * time.Second), err: errors.New("timeout")}, time.Hour, nil)
 	a, _, ok = m.envoyAnswers(c, sp, 30*time.Second, 5*time.Second)
 	if !ok || a.buckets.err == nil {
 		t.Errorf("last tick failed: %+v, want its error", a.buckets)
@@ -129,14 +141,14 @@ func TestSamplerSpanStartsAfterItsStart(t *testing.T) {
 	}
 	// At the old delay every request was hedged (retries = attempts); from
 	// the change at t0+1s, none were.
-	m.add(scraped(tickAt(t0, map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(-time.Second)), time.Hour)
-	m.add(scraped(tickAt(t0.Add(2*time.Second), map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(500*time.Millisecond)), time.Hour)
-	m.add(scraped(tickAt(t0.Add(4*time.Second), map[string][4]float64{c: {0, 400, 130, 500}}), t0.Add(3*time.Second)), time.Hour)
+	m.add(scraped(tickAt(t0, map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(-time.Second)), time.Hour, nil)
+	m.add(scraped(tickAt(t0.Add(2*time.Second), map[string][4]float64{c: {0, 100, 100, 200}}), t0.Add(500*time.Millisecond)), time.Hour, nil)
+	m.add(scraped(tickAt(t0.Add(4*time.Second), map[string][4]float64{c: {0, 400, 130, 500}}), t0.Add(3*time.Second)), time.Hour, nil)
 	sp := span{since: t0.Add(time.Second), rng: 3 * time.Second}
 	if _, _, ok := m.envoyAnswers(c, sp, 30*time.Second, 2*time.Second); ok {
 		t.Fatal("one tick scraped after the change is not a span yet")
 	}
-	m.add(scraped(tickAt(t0.Add(6*time.Second), map[string][4]float64{c: {0, 700, 145, 800}}), t0.Add(5*time.Second)), time.Hour)
+	m.add(scraped(tickAt(t0.Add(6*time.Second), map[string][4]float64{c: {0, 700, 145, 800}}), t0.Add(5*time.Second)), time.Hour, nil)
 	a, got, ok := m.envoyAnswers(c, sp, 30*time.Second, 2*time.Second)
 	if !ok || !got.since.Equal(t0.Add(4*time.Second)) {
 		t.Fatalf("ok %v, span from %s: want the tick at t0+4s, the first scraped after the change", ok, got.since)
@@ -154,7 +166,7 @@ func TestSamplerForgets(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	m := &memory{}
 	for i := range 10 {
-		m.add(tickAt(t0.Add(time.Duration(i)*10*time.Second), nil), 30*time.Second)
+		m.add(tickAt(t0.Add(time.Duration(i)*10*time.Second), nil), 30*time.Second, nil)
 	}
 	if len(m.ticks) != 4 || !m.ticks[0].at.Equal(t0.Add(60*time.Second)) {
 		t.Errorf("kept %d ticks from %s, want 4 from %s", len(m.ticks), m.ticks[0].at, t0.Add(60*time.Second))
