@@ -21,6 +21,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -34,6 +35,12 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -180,6 +187,67 @@ func TestXDSMutualTLS(t *testing.T) {
 		if got := c.counter("cluster_manager.cds.update_success"); got != 0 {
 			t.Errorf("the Envoy with %s took %d CDS updates, want none", name, got)
 		}
+	}
+
+	// #23, defect 6: an ADS client NACKs. Without a certificate it cannot
+	// open a stream, and status stays as the trusted Envoy made it; with the
+	// CA's certificate the same NACK reaches status (the check can fail).
+	// nack returns while the stream is open: a closed stream's NACK leaves
+	// status with it.
+	nack := func(files TLSFiles, whileOpen func()) error {
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.cert)
+		conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		if files.CertFile != "" {
+			pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf.Certificates = []tls.Certificate{pair}
+		}
+		conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		sctx, stop := context.WithTimeout(ctx, 10*time.Second)
+		defer stop()
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+		if err != nil {
+			return err
+		}
+		node := &corev3.Node{Id: "intruder"}
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.RouteType}); err != nil {
+			return err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.RouteType, ResponseNonce: resp.Nonce,
+			ErrorDetail: &rpcstatus.Status{Message: "forged rejection"}}); err != nil {
+			return err
+		}
+		whileOpen()
+		return nil
+	}
+	if err := nack(TLSFiles{}, func() {}); err == nil {
+		t.Error("an ADS client with no certificate opened a stream and NACKed")
+	}
+	time.Sleep(time.Second)
+	if st := srv.Status(key); st.Connected != 1 || st.Programmed != 1 || st.Rejected != "" {
+		t.Errorf("after a NACK from a client with no certificate: %+v, want the trusted Envoy's status alone", st)
+	}
+	trustedClient := ca.issue(t, "trusted-client", false)
+	trustedClient.CAFile = filepath.Join(ca.dir, "ca.crt")
+	err = nack(trustedClient, func() {
+		eventually(t, 10*time.Second, "a trusted client's NACK to reach status", func() (bool, string) {
+			st := srv.Status(key)
+			return strings.Contains(st.Rejected, "forged rejection"), fmt.Sprintf("%+v", st)
+		})
+	})
+	if err != nil {
+		t.Fatalf("an ADS client with the CA's certificate: %v", err)
 	}
 }
 

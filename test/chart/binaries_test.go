@@ -17,6 +17,7 @@ limitations under the License.
 package chart
 
 import (
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,15 +116,38 @@ func TestOperatorAcceptsTheManifestsFlags(t *testing.T) {
 // run with the Envoy container's own flags (in validate mode).
 func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
 	envoy := tool(t, "envoy")
-	proxy := deployment(t, render(t, valueSets[4]), "tailcut-proxy")
+	objs := render(t, valueSets[4])
+	proxy := deployment(t, objs, "tailcut-proxy")
 	dir := t.TempDir()
 	bootstrap := filepath.Join(dir, "envoy.yaml")
+	// The proxy's xDS certificate, from the Secret the chart issued, where
+	// the pod mounts it.
+	tlsDir := filepath.Join(dir, "xds-tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Secret" || o.GetName() != "tailcut-xds-proxy" {
+			continue
+		}
+		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+		for name, v := range data {
+			b, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(tlsDir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	args := expand(containerArgs(t, proxy, "bootstrap"), map[string]string{"POD_NAME": "tailcut-proxy-abc"})
 	for i, a := range args {
 		if a == "--output=/etc/envoy/envoy.yaml" {
 			args[i] = "--output=" + bootstrap
 		}
+		args[i] = strings.Replace(args[i], "=/etc/envoy/xds-tls/", "="+tlsDir+"/", 1)
 	}
 	if out, err := runWith(binary(t, "tailcut"), nil, args...); err != nil {
 		t.Fatalf("tailcut %v: %v\n%s", args, err, out)

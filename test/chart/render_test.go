@@ -17,7 +17,13 @@ limitations under the License.
 package chart
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -497,38 +503,106 @@ func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
 	}
 }
 
-// With xdsTLS on, the operator serves xDS with the server Secret's files
-// and the proxies' bootstrap uses the proxy Secret's; without the Secrets
-// the chart refuses to render.
+// xDS is on mutual TLS by default (#23, defect 6): the chart issues a CA,
+// the operator's certificate for the address the proxies dial, and the
+// proxies' client certificate, and each side mounts its Secret. Secrets of
+// the user's own replace them; one without the other is refused.
 func TestXDSTLSWiring(t *testing.T) {
-	objs := render(t, valueSet{name: "xds-tls", set: []string{"xdsTLS.enabled=true", "xdsTLS.serverSecret=tailcut-xds-server", "xdsTLS.proxySecret=tailcut-xds-proxy"}})
 	want := map[string][]string{
 		"manager":   {"--xds-tls-cert=/etc/tailcut/xds-tls/tls.crt", "--xds-tls-key=/etc/tailcut/xds-tls/tls.key", "--xds-tls-client-ca=/etc/tailcut/xds-tls/ca.crt"},
 		"bootstrap": {"--xds-tls-cert=/etc/envoy/xds-tls/tls.crt", "--xds-tls-key=/etc/envoy/xds-tls/tls.key", "--xds-tls-ca=/etc/envoy/xds-tls/ca.crt"},
 	}
-	secrets := map[string]string{"tailcut": "tailcut-xds-server", "tailcut-proxy": "tailcut-xds-proxy"}
-	for deploy, container := range map[string]string{"tailcut": "manager", "tailcut-proxy": "bootstrap"} {
-		d := deployment(t, objs, deploy)
-		args := strings.Join(containerArgs(t, d, container), " ")
-		for _, w := range want[container] {
-			if !strings.Contains(args, w) {
-				t.Errorf("%s/%s args lack %s: %s", deploy, container, w, args)
+	wired := func(t *testing.T, objs []*unstructured.Unstructured, secrets map[string]string) {
+		t.Helper()
+		for deploy, container := range map[string]string{"tailcut": "manager", "tailcut-proxy": "bootstrap"} {
+			d := deployment(t, objs, deploy)
+			args := strings.Join(containerArgs(t, d, container), " ")
+			for _, w := range want[container] {
+				if !strings.Contains(args, w) {
+					t.Errorf("%s/%s args lack %s: %s", deploy, container, w, args)
+				}
+			}
+			vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+			found := false
+			for _, v := range vols {
+				if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == secrets[deploy] {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s mounts no Secret %s: %v", deploy, secrets[deploy], vols)
 			}
 		}
-		vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
-		found := false
-		for _, v := range vols {
-			if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == secrets[deploy] {
-				found = true
+	}
+
+	t.Run("default: the chart's own certificates", func(t *testing.T) {
+		objs := render(t, valueSet{name: "default"})
+		wired(t, objs, map[string]string{"tailcut": "tailcut-xds-server", "tailcut-proxy": "tailcut-xds-proxy"})
+		data := map[string]map[string][]byte{}
+		for _, o := range objs {
+			if o.GetKind() != "Secret" {
+				continue
+			}
+			fields, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			data[o.GetName()] = map[string][]byte{}
+			for k, v := range fields {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					t.Fatalf("%s %s: %v", o.GetName(), k, err)
+				}
+				data[o.GetName()][k] = b
 			}
 		}
-		if !found {
-			t.Errorf("%s mounts no Secret %s: %v", deploy, secrets[deploy], vols)
+		server, proxy := data["tailcut-xds-server"], data["tailcut-xds-proxy"]
+		if server == nil || proxy == nil {
+			t.Fatalf("Secrets rendered: %v, want tailcut-xds-server and tailcut-xds-proxy", slices.Collect(maps.Keys(data)))
 		}
-	}
-	helm := tool(t, "helm")
-	out, err := runWith(helm, nil, "template", "tailcut", repo("charts", "tailcut"), "--set", "xdsTLS.enabled=true")
-	if err == nil || !strings.Contains(out, "is required when xdsTLS.enabled") {
-		t.Errorf("xdsTLS.enabled without Secrets rendered (%v)", err)
-	}
+		// The proxies dial the address in their bootstrap's --xds-address and
+		// check the server's name against its host.
+		var host string
+		for _, a := range containerArgs(t, deployment(t, objs, "tailcut-proxy"), "bootstrap") {
+			if v, ok := strings.CutPrefix(a, "--xds-address="); ok {
+				host, _, _ = net.SplitHostPort(v)
+			}
+		}
+		verify := func(who string, files map[string][]byte, roots []byte, usage x509.ExtKeyUsage, name string) {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(roots) {
+				t.Fatalf("%s: the CA does not parse", who)
+			}
+			if _, err := tls.X509KeyPair(files["tls.crt"], files["tls.key"]); err != nil {
+				t.Fatalf("%s: %v", who, err)
+			}
+			block, _ := pem.Decode(files["tls.crt"])
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: name, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+				t.Errorf("%s's certificate: %v", who, err)
+			}
+		}
+		// The operator checks the proxies' certificates with its ca.crt, the
+		// proxies the operator's with theirs.
+		verify("the operator", server, proxy["ca.crt"], x509.ExtKeyUsageServerAuth, host)
+		verify("the proxies", proxy, server["ca.crt"], x509.ExtKeyUsageClientAuth, "")
+	})
+
+	t.Run("Secrets of the user's own", func(t *testing.T) {
+		objs := render(t, valueSet{name: "xds-tls", set: []string{"xdsTLS.serverSecret=my-xds-server", "xdsTLS.proxySecret=my-xds-proxy"}})
+		wired(t, objs, map[string]string{"tailcut": "my-xds-server", "tailcut-proxy": "my-xds-proxy"})
+		for _, o := range objs {
+			if o.GetKind() == "Secret" {
+				t.Errorf("the chart rendered Secret %s beside the user's own", o.GetName())
+			}
+		}
+	})
+
+	t.Run("refused: one Secret without the other", func(t *testing.T) {
+		helm := tool(t, "helm")
+		out, err := runWith(helm, nil, "template", "tailcut", repo("charts", "tailcut"), "--set", "xdsTLS.serverSecret=my-xds-server")
+		if err == nil || !strings.Contains(out, "xdsTLS.serverSecret and xdsTLS.proxySecret go together") {
+			t.Errorf("one xDS Secret rendered (%v): %s", err, out)
+		}
+	})
 }

@@ -68,9 +68,22 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s-proxy" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The demo needs the proxy: its traffic and its Helm test go through it. */}}
+{{/* The xDS TLS Secrets: the ones named in values, or the chart's own (xds-certs.yaml). */}}
+{{- define "tailcut.xdsServerSecret" -}}
+{{- .Values.xdsTLS.serverSecret | default (printf "%s-xds-server" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "tailcut.xdsProxySecret" -}}
+{{- .Values.xdsTLS.proxySecret | default (printf "%s-xds-proxy" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The demo needs the proxy: its traffic and its Helm test go through it.
+One xDS Secret without the other would pair a certificate with a CA that did not sign it. */}}
 {{- define "tailcut.checkValues" -}}
 {{- if and .Values.demo.enabled (not .Values.proxy.enabled) }}
 {{- fail "demo.enabled needs proxy.enabled: the demo's traffic goes through tailcut's Envoy" }}
+{{- end }}
+{{- if and .Values.xdsTLS.enabled (ne (empty .Values.xdsTLS.serverSecret) (empty .Values.xdsTLS.proxySecret)) }}
+{{- fail "xdsTLS.serverSecret and xdsTLS.proxySecret go together: name both (your own CA), or neither (the chart issues both)" }}
 {{- end }}
 {{- end }}
