@@ -147,7 +147,7 @@ func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
 		if a == "--output=/etc/envoy/envoy.yaml" {
 			args[i] = "--output=" + bootstrap
 		}
-		args[i] = strings.Replace(args[i], "=/etc/envoy/xds-tls/", "="+tlsDir+"/", 1)
+		args[i] = strings.Replace(args[i], "=/etc/tailcut/xds-tls/", "="+tlsDir+"/", 1)
 	}
 	if out, err := runWith(binary(t, "tailcut"), nil, args...); err != nil {
 		t.Fatalf("tailcut %v: %v\n%s", args, err, out)

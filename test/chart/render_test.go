@@ -510,7 +510,7 @@ func TestNetworkPolicyLimitsXDSToTheProxies(t *testing.T) {
 func TestXDSTLSWiring(t *testing.T) {
 	want := map[string][]string{
 		"manager":   {"--xds-tls-cert=/etc/tailcut/xds-tls/tls.crt", "--xds-tls-key=/etc/tailcut/xds-tls/tls.key", "--xds-tls-client-ca=/etc/tailcut/xds-tls/ca.crt"},
-		"bootstrap": {"--xds-tls-cert=/etc/envoy/xds-tls/tls.crt", "--xds-tls-key=/etc/envoy/xds-tls/tls.key", "--xds-tls-ca=/etc/envoy/xds-tls/ca.crt"},
+		"bootstrap": {"--xds-tls-cert=/etc/tailcut/xds-tls/tls.crt", "--xds-tls-key=/etc/tailcut/xds-tls/tls.key", "--xds-tls-ca=/etc/tailcut/xds-tls/ca.crt"},
 	}
 	wired := func(t *testing.T, objs []*unstructured.Unstructured, secrets map[string]string) {
 		t.Helper()
@@ -605,4 +605,36 @@ func TestXDSTLSWiring(t *testing.T) {
 			t.Errorf("one xDS Secret rendered (%v): %s", err, out)
 		}
 	})
+}
+
+// No container mounts a volume inside another volume it mounts read-only:
+// the runtime cannot make the mount point there, and the container never
+// starts (the proxies' xDS certificate, mounted in /etc/envoy, did that in
+// the kind cluster: "mkdir .../rootfs/etc/envoy/xds-tls: read-only file
+// system").
+func TestNoMountInsideAReadOnlyMount(t *testing.T) {
+	for _, v := range valueSets {
+		for _, o := range render(t, v) {
+			for _, field := range []string{"containers", "initContainers"} {
+				list, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", field)
+				for _, c := range list {
+					c := c.(map[string]any)
+					mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+					for _, outer := range mounts {
+						outer := outer.(map[string]any)
+						if ro, _ := outer["readOnly"].(bool); !ro {
+							continue
+						}
+						for _, inner := range mounts {
+							inner := inner.(map[string]any)
+							if inner["name"] != outer["name"] && strings.HasPrefix(fmt.Sprint(inner["mountPath"]), strings.TrimSuffix(fmt.Sprint(outer["mountPath"]), "/")+"/") {
+								t.Errorf("%s: %s/%s mounts %s at %s, inside the read-only %s at %s",
+									v.name, ref(o), c["name"], inner["name"], inner["mountPath"], outer["name"], outer["mountPath"])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 }
