@@ -445,34 +445,43 @@ func (r *HedgePolicyReconciler) setProgrammed(policy *tailcutv1alpha1.HedgePolic
 	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionProgrammed, ok, reason, msg)
 }
 
-// setReady summarizes: Ready when accepted, programmed, hedging runs and the
-// Service has somewhere to send requests.
+// setReady sets Ready and Hedging (conditions.go says what each means).
+// Ready is False with the reason of the first condition that is not True, or
+// NoEndpoints; Hedging is False with the same reason, or with the reason no
+// hedge is sent, and True with the delay's source while one is in force.
 func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, noEndpoints bool) {
+	notReady := func(reason, msg string) {
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, reason, msg)
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, reason, "no hedges: "+msg)
+	}
 	for _, t := range []string{tailcutv1alpha1.ConditionAccepted, tailcutv1alpha1.ConditionProgrammed} {
 		if c := meta.FindStatusCondition(status.Conditions, t); c == nil || c.Status != metav1.ConditionTrue {
-			msg := t + " is not True"
+			reason, msg := tailcutv1alpha1.ReasonPending, t+" is not set yet"
 			if c != nil {
-				msg = fmt.Sprintf("%s is %s: %s", t, c.Status, c.Reason)
+				reason, msg = c.Reason, fmt.Sprintf("%s is %s: %s", t, c.Status, c.Message)
 			}
-			r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, msg)
+			notReady(reason, msg)
 			return
 		}
 	}
 	if noEndpoints {
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNoEndpoints,
+		notReady(tailcutv1alpha1.ReasonNoEndpoints,
 			fmt.Sprintf("Service %s port %d has no ready endpoint: Envoy answers 503 until one is ready", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
 		return
 	}
-	if policy.Spec.Suspend {
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonSuspended, status.DelayReason)
-		return
+	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, true, tailcutv1alpha1.ReasonReady, "accepted and programmed")
+	derived := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionDelayDerived)
+	switch {
+	case policy.Spec.Suspend:
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, tailcutv1alpha1.ReasonSuspended, status.DelayReason)
+	case derived == nil:
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, tailcutv1alpha1.ReasonNotEvaluated, "the delay is not evaluated yet")
+	case status.EffectiveDelay == nil:
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, derived.Reason, "hedging is off: "+status.DelayReason)
+	default:
+		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, true, derived.Reason,
+			fmt.Sprintf("hedging after %s (%s): %s", status.EffectiveDelay.Duration, status.DelaySource, status.DelayReason))
 	}
-	if status.EffectiveDelay == nil {
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, tailcutv1alpha1.ReasonNotReady, "hedging is off: "+status.DelayReason)
-		return
-	}
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, true, tailcutv1alpha1.ReasonReady,
-		fmt.Sprintf("hedging with delay %s (%s)", status.EffectiveDelay.Duration, status.DelaySource))
 }
 
 // setCondition sets a condition, moving LastTransitionTime only when the status
@@ -525,11 +534,11 @@ func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy
 
 // eventworthy says whether a condition's transition deserves an Event: a
 // problem, or the end of one. A new policy going well, a push on its way
-// (Pending) and Ready (which repeats the others) do not: with 1,000 new
+// (Pending), Ready and Hedging (which repeat the others) do not: with 1,000 new
 // policies they made five of every eight API writes the operator sent.
 func eventworthy(prev *metav1.Condition, condType string, ok bool, reason string) bool {
 	switch {
-	case condType == tailcutv1alpha1.ConditionReady || reason == tailcutv1alpha1.ReasonPending:
+	case condType == tailcutv1alpha1.ConditionReady || condType == tailcutv1alpha1.ConditionHedging || reason == tailcutv1alpha1.ReasonPending:
 		return false
 	case !ok:
 		return true

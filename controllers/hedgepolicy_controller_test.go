@@ -85,17 +85,7 @@ func newEndpointSlice(t *testing.T, ns, svc string, port int32, ready map[string
 
 func newPolicy(t *testing.T, ns, target string, mutate func(*tailcutv1alpha1.HedgePolicySpec)) *tailcutv1alpha1.HedgePolicy {
 	t.Helper()
-	p := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "policy"},
-		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: target, Port: 8080}},
-	}
-	if mutate != nil {
-		mutate(&p.Spec)
-	}
-	if err := k8s.Create(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return newPolicyNamed(t, ns, "policy", target, mutate, nil)
 }
 
 func staticDelay(d time.Duration) func(*tailcutv1alpha1.HedgePolicySpec) {
@@ -215,8 +205,14 @@ func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 	if got.Status.EffectiveDelay != nil || got.Status.DelaySource != tailcutv1alpha1.DelaySourceNone {
 		t.Errorf("delay %v from %q, want none (fallback Disable)", got.Status.EffectiveDelay, got.Status.DelaySource)
 	}
-	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "hedging is off") {
-		t.Errorf("Ready = %+v, want False because hedging is off", c)
+	// Hedging off by the fallback is the policy working (#24): Ready, and
+	// Hedging says why no hedge is sent.
+	got = waitCondition(t, key, tailcutv1alpha1.ConditionHedging, metav1.ConditionFalse, tailcutv1alpha1.ReasonNoMetrics)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v, want True: hedging off by the fallback is designed", c)
+	}
+	if c := conditionOf(got, tailcutv1alpha1.ConditionHedging); !strings.Contains(c.Message, "hedging is off") {
+		t.Errorf("Hedging = %+v, want a message that says hedging is off", c)
 	}
 	eventually(t, "plan without hedging", func() error {
 		if rp, ok := publisher.plan(key); !ok || rp.Hedge != nil {
@@ -232,7 +228,7 @@ func TestAutoWithoutMetricsUsesFallback(t *testing.T) {
 	if err := k8s.Patch(context.Background(), got, patch); err != nil {
 		t.Fatal(err)
 	}
-	got = waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	got = waitCondition(t, key, tailcutv1alpha1.ConditionHedging, metav1.ConditionTrue, tailcutv1alpha1.ReasonNoMetrics)
 	if got.Status.EffectiveDelay == nil || got.Status.EffectiveDelay.Duration != 40*time.Millisecond || got.Status.DelaySource != tailcutv1alpha1.DelaySourceFallback {
 		t.Errorf("delay %v from %q, want 40ms from Fallback", got.Status.EffectiveDelay, got.Status.DelaySource)
 	}
@@ -508,7 +504,10 @@ func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
 		staticDelay(20 * time.Millisecond)(s)
 		s.Suspend = true
 	})
-	got := waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionFalse, tailcutv1alpha1.ReasonSuspended)
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionHedging, metav1.ConditionFalse, tailcutv1alpha1.ReasonSuspended)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v, want True: a suspend is designed (#24)", c)
+	}
 	if got.Status.EffectiveDelay != nil || got.Status.DelaySource != tailcutv1alpha1.DelaySourceNone || !strings.Contains(got.Status.DelayReason, "suspend") {
 		t.Errorf("suspended status: delay %v from %s: %q", got.Status.EffectiveDelay, got.Status.DelaySource, got.Status.DelayReason)
 	}
@@ -520,7 +519,7 @@ func TestSuspendKeepsTheRouteUnhedged(t *testing.T) {
 	if err := k8s.Patch(context.Background(), p, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, key, tailcutv1alpha1.ConditionReady, metav1.ConditionTrue, tailcutv1alpha1.ReasonReady)
+	waitCondition(t, key, tailcutv1alpha1.ConditionHedging, metav1.ConditionTrue, tailcutv1alpha1.ReasonStatic)
 	if rp, ok := publisher.plan(key); !ok || rp.Hedge == nil || rp.Hedge.Delay != 20*time.Millisecond {
 		t.Errorf("resumed: plan %+v, want 20ms hedging", rp.Hedge)
 	}

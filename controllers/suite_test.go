@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -58,6 +59,7 @@ const (
 
 var (
 	cfg       *rest.Config
+	testEnv   *envtest.Environment
 	k8s       client.Client
 	publisher = newRecordingPublisher()
 	// reconciles can hold the reconciles as they begin.
@@ -82,7 +84,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cfg = c
+	cfg, testEnv = c, env
 	code := run(m)
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
@@ -193,13 +195,23 @@ func hangingServer() (net.Listener, error) {
 	return l, nil
 }
 
+// pauseAnnotation puts a policy in a designed pause, its value the reason.
+const pauseAnnotation = "test.tailcut.dev/pause"
+
 // suiteEstimator answers like an operator without --prometheus-url, except
-// for Custom queries, which the Prometheus estimator checks.
+// for Custom queries, which the Prometheus estimator checks, and policies
+// annotated pauseAnnotation.
 type suiteEstimator struct{ prom *estimate.Prometheus }
 
 func (e suiteEstimator) Estimate(ctx context.Context, p *tailcutv1alpha1.HedgePolicy, now time.Time) (estimate.Result, error) {
 	if a := p.Spec.Delay.Auto; a != nil && a.Source == tailcutv1alpha1.EstimateSourceCustom {
 		return e.prom.Estimate(ctx, p, now)
+	}
+	if reason := p.Annotations[pauseAnnotation]; reason != "" {
+		// What the Prometheus estimator decides in a designed pause
+		// (estimate's decide; tested there).
+		return estimate.Result{Source: tailcutv1alpha1.DelaySourceNone, Derived: true, DerivedReason: reason,
+			Reason: "hedging paused (" + reason + "): set by the test"}, nil
 	}
 	return estimate.StaticOnly{}.Estimate(ctx, p, now)
 }

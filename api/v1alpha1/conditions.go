@@ -27,9 +27,21 @@ const (
 	// ConditionProgrammed is True when every connected proxy acknowledged the
 	// configuration that carries the delay in force.
 	ConditionProgrammed = "Programmed"
-	// ConditionReady summarizes the others: True when Accepted and Programmed are
-	// True and hedging runs with a derived or static delay.
+	// ConditionReady is True when the policy is reconciled and programmed as
+	// intended: Accepted and Programmed are True and the Service has a ready
+	// endpoint. A suspend, a designed pause (HedgingHurts, BudgetExceeded at
+	// max) and a fallback that turns hedging off are the policy working, so
+	// they are Ready: health checks (kubectl wait, Flux, Argo CD) read Ready.
+	// False carries the reason of what is wrong (TargetNotFound, Pending,
+	// Rejected, NoEndpoints, ...).
 	ConditionReady = "Ready"
+	// ConditionHedging says whether hedges are being sent. Its reason is
+	// kubectl get hp's REASON column: while a delay is in force, where it
+	// comes from (the DelayDerived reason: Derived, Static, or why the last
+	// known or fallback delay stands, such as NoMetricsProvider); otherwise
+	// why no hedge is sent (Suspended, HedgingHurts, NoEndpoints, or the
+	// reason the policy is not Ready).
+	ConditionHedging = "Hedging"
 	// ConditionRetriesPreserved is set on policies published to Istio: False
 	// when a VirtualService sets retries on the same host, which the hedge's
 	// route patch overrides; the message says what the user gets.
@@ -62,8 +74,7 @@ const (
 	ReasonRejected      = "Rejected"
 	ReasonPublishFailed = "PublishFailed"
 
-	ReasonReady    = "Ready"
-	ReasonNotReady = "NotReady"
+	ReasonReady = "Ready"
 	// ReasonSuspended: spec.suspend is set; the route stays, unhedged.
 	ReasonSuspended = "Suspended"
 	// ReasonNoEndpoints: the Service has no ready endpoint; Envoy answers 503.

@@ -492,7 +492,8 @@ type HedgePolicyStatus struct {
 	// +optional
 	LastDelayChange *metav1.Time `json:"lastDelayChange,omitempty"`
 
-	// Conditions: Accepted, DelayDerived, Programmed and Ready.
+	// Conditions: Accepted, DelayDerived, Programmed, Ready and Hedging (and
+	// RetriesPreserved on Istio).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -574,13 +575,14 @@ type ProxyCounts struct {
 // +kubebuilder:resource:shortName=hp,categories=tailcut
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.targetRef.port`,priority=1
-// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.delay.mode`
-// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.delay.mode`,priority=1
 // +kubebuilder:printcolumn:name="Delay",type=string,JSONPath=`.status.effectiveDelay`
-// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.delaySource`,priority=1
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.delaySource`
 // +kubebuilder:printcolumn:name="Hedge%",type=number,JSONPath=`.status.hedgeRate.percent`
 // +kubebuilder:printcolumn:name="Budget%",type=integer,JSONPath=`.spec.budget.maxExtraLoadPercent`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Hedging")].reason`
+// +kubebuilder:printcolumn:name="Proxies",type=integer,JSONPath=`.status.proxies.programmed`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // HedgePolicy hedges idempotent requests to a Service: Envoy sends a second attempt
