@@ -301,11 +301,19 @@ ensure_setup-envtest() {
 	REPLY=$BIN/setup-envtest-$SETUP_ENVTEST_VERSION
 }
 
+# HELM_KUBE_VERSION is the Kubernetes version `helm template` and `helm lint`
+# assume without a cluster. Helm's own build derives it from its client-go
+# (v0.36 -> 1.36); without it a source build assumes 1.20 and refuses a chart
+# whose kubeVersion asks for more. It is part of the cached binary's name.
+HELM_KUBE_VERSION=1.36
 ensure_helm() {
-	go_install_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-		"-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+	local k=helm.sh/helm/v3/pkg
+	go_install_tool "helm-k$HELM_KUBE_VERSION" "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+		"-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+-X $k/chartutil.k8sVersionMajor=${HELM_KUBE_VERSION%%.*} -X $k/chartutil.k8sVersionMinor=${HELM_KUBE_VERSION#*.} \
+-X $k/lint/rules.k8sVersionMajor=${HELM_KUBE_VERSION%%.*} -X $k/lint/rules.k8sVersionMinor=${HELM_KUBE_VERSION#*.}" \
 		"$HELM_VERSION" version --short
-	REPLY=$BIN/helm-$HELM_VERSION
+	REPLY=$BIN/helm-k$HELM_KUBE_VERSION-$HELM_VERSION
 }
 
 ensure_kustomize() {

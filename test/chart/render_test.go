@@ -59,7 +59,7 @@ var valueSets = []valueSet{
 		kinds: map[string]int{"Deployment": 2, "Service": 3, "PodDisruptionBudget": 1, "ServiceAccount": 1,
 			"ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
 			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0,
-			"CustomResourceDefinition": 1},
+			"CustomResourceDefinition": 1, "Secret": 2},
 	},
 	{
 		name:       "monitoring",
@@ -95,7 +95,7 @@ var valueSets = []valueSet{
 			"proxy.tolerations[0].operator=Exists", "proxy.tolerations[0].effect=NoSchedule",
 			"rbac.aggregateToDefaultRoles=false", "serviceAccount.name=tailcut-operator",
 			"monitoring.labels.release=kube-prometheus-stack", "monitoring.rules.hedgeRateThreshold=0.1"},
-		kinds: map[string]int{"Deployment": 2, "ClusterRole": 2, "PodDisruptionBudget": 1, "ServiceMonitor": 2},
+		kinds: map[string]int{"Deployment": 2, "ClusterRole": 2, "PodDisruptionBudget": 2, "ServiceMonitor": 2},
 	},
 	{
 		// Istio mesh mode: one more ClusterRole and binding, for EnvoyFilters.
@@ -191,12 +191,39 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 			t.Errorf("%s has %d replicas", ref(d), replicas)
 		}
 	}
-	pdb := byKind(ha, "PodDisruptionBudget")[0]
-	if m, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable"); m != int64(2) {
-		t.Errorf("PDB minAvailable = %v, want 2", m)
+	for _, pdb := range byKind(ha, "PodDisruptionBudget") {
+		minAvailable, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable")
+		maxUnavailable, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "maxUnavailable")
+		switch pdb.GetName() {
+		case "tailcut-proxy":
+			if minAvailable != int64(2) || maxUnavailable != nil {
+				t.Errorf("proxy PDB minAvailable %v maxUnavailable %v, want 2 and none", minAvailable, maxUnavailable)
+			}
+		case "tailcut":
+			// The operator, with two replicas: one at a time.
+			if maxUnavailable != int64(1) || minAvailable != nil {
+				t.Errorf("operator PDB minAvailable %v maxUnavailable %v, want none and 1", minAvailable, maxUnavailable)
+			}
+		default:
+			t.Errorf("unexpected %s", ref(pdb))
+		}
 	}
-	if _, found, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "maxUnavailable"); found {
-		t.Errorf("PDB has both minAvailable and maxUnavailable")
+	// The proxies spread over nodes, by their own labels.
+	proxy := deployment(t, ha, "tailcut-proxy")
+	spread, _, _ := unstructured.NestedSlice(proxy.Object, "spec", "template", "spec", "topologySpreadConstraints")
+	podLabels, _, _ := unstructured.NestedStringMap(proxy.Object, "spec", "template", "metadata", "labels")
+	if len(spread) != 1 {
+		t.Fatalf("proxy topologySpreadConstraints %v, want one", spread)
+	}
+	c := spread[0].(map[string]any)
+	match, _, _ := unstructured.NestedStringMap(c, "labelSelector", "matchLabels")
+	if c["topologyKey"] != "kubernetes.io/hostname" || c["whenUnsatisfiable"] != "ScheduleAnyway" || len(match) == 0 {
+		t.Errorf("proxy spread %v, want hostname, ScheduleAnyway, the proxy's labels", c)
+	}
+	for k, v := range match {
+		if podLabels[k] != v {
+			t.Errorf("the spread selects %s=%s, which the proxy pods do not carry (%v)", k, v, podLabels)
+		}
 	}
 	for _, sm := range byKind(ha, "ServiceMonitor") {
 		if sm.GetLabels()["release"] != "kube-prometheus-stack" {
@@ -636,5 +663,29 @@ func TestNoMountInsideAReadOnlyMount(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Chart.yaml says where the chart comes from and which Kubernetes it needs,
+// and Helm holds an install to that.
+func TestChartMetadata(t *testing.T) {
+	var meta struct {
+		KubeVersion string   `json:"kubeVersion"`
+		Home        string   `json:"home"`
+		Sources     []string `json:"sources"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, repo("charts", "tailcut", "Chart.yaml")), &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.KubeVersion == "" || meta.Home == "" || len(meta.Sources) == 0 {
+		t.Errorf("Chart.yaml kubeVersion %q, home %q, sources %v: want all three", meta.KubeVersion, meta.Home, meta.Sources)
+	}
+	helm := tool(t, "helm")
+	out, err := runWith(helm, nil, "template", "tailcut", repo("charts", "tailcut"), "--kube-version", "1.28.0")
+	if err == nil || !strings.Contains(out, "kubeVersion") {
+		t.Errorf("rendered for Kubernetes 1.28 (%v): %.300s", err, out)
+	}
+	if out, err := runWith(helm, nil, "template", "tailcut", repo("charts", "tailcut")); err != nil {
+		t.Errorf("helm template without --kube-version: %v: %.300s", err, out)
 	}
 }
