@@ -25,6 +25,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -39,6 +40,14 @@ import (
 func TestConditionsOfEveryState(t *testing.T) {
 	const fallback = 40 * time.Millisecond
 	ready := publish.ProgramStatus{Connected: 2, Programmed: 2, Serving: 2, Version: "v1"}
+	admin, err := testEnv.AddUser(envtest.User{Name: "conditions-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := admin.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		// service and endpoints: the target Service exists, with a ready
@@ -73,7 +82,7 @@ func TestConditionsOfEveryState(t *testing.T) {
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonNoMetrics, source: tailcutv1alpha1.DelaySourceNone,
 			messageHasText: "hedging is off"},
 		{name: "suspended", service: true, endpoints: true, proxies: ready,
-			spec: func(s *tailcutv1alpha1.HedgePolicySpec) { staticDelay(20 * time.Millisecond)(s); s.Suspend = true },
+			spec:  func(s *tailcutv1alpha1.HedgePolicySpec) { staticDelay(20 * time.Millisecond)(s); s.Suspend = true },
 			ready: metav1.ConditionTrue, readyReason: tailcutv1alpha1.ReasonReady,
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonSuspended, source: tailcutv1alpha1.DelaySourceNone},
 		{name: "paused: hedging hurts", service: true, endpoints: true, proxies: ready, paused: tailcutv1alpha1.ReasonHedgingHurts,
@@ -87,7 +96,10 @@ func TestConditionsOfEveryState(t *testing.T) {
 			ready: metav1.ConditionFalse, readyReason: tailcutv1alpha1.ReasonTargetNotFound,
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonTargetNotFound, source: tailcutv1alpha1.DelaySourceNone},
 		{name: "no such port", service: true, endpoints: true, proxies: ready,
-			spec: func(s *tailcutv1alpha1.HedgePolicySpec) { staticDelay(20 * time.Millisecond)(s); s.TargetRef.Port = 9999 },
+			spec: func(s *tailcutv1alpha1.HedgePolicySpec) {
+				staticDelay(20 * time.Millisecond)(s)
+				s.TargetRef.Port = 9999
+			},
 			ready: metav1.ConditionFalse, readyReason: tailcutv1alpha1.ReasonPortNotFound,
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonPortNotFound, source: tailcutv1alpha1.DelaySourceNone},
 		{name: "no ready endpoint", service: true, proxies: ready, spec: staticDelay(20 * time.Millisecond),
@@ -99,7 +111,7 @@ func TestConditionsOfEveryState(t *testing.T) {
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonNoProxies, delay: 20 * time.Millisecond, source: tailcutv1alpha1.DelaySourceStatic},
 		{name: "a proxy rejected the routes", service: true, endpoints: true, spec: staticDelay(20 * time.Millisecond),
 			proxies: publish.ProgramStatus{Connected: 2, Programmed: 1, Serving: 1, Version: "v1", Rejected: "envoy-a rejected RDS: bad regex"},
-			ready: metav1.ConditionFalse, readyReason: tailcutv1alpha1.ReasonRejected,
+			ready:   metav1.ConditionFalse, readyReason: tailcutv1alpha1.ReasonRejected,
 			hedging: metav1.ConditionFalse, hedgingReason: tailcutv1alpha1.ReasonRejected, delay: 20 * time.Millisecond, source: tailcutv1alpha1.DelaySourceStatic,
 			messageHasText: "bad regex"},
 		{name: "an older policy routes the port", service: true, endpoints: true, proxies: ready, spec: staticDelay(20 * time.Millisecond), conflicting: true,
@@ -149,7 +161,7 @@ func TestConditionsOfEveryState(t *testing.T) {
 			}
 
 			// kubectl wait succeeds exactly when Ready is True.
-			stdout, stderr, err := testEnv.ControlPlane.KubeCtl().Run("wait", "-n", ns, "hedgepolicy/policy", "--for=condition=Ready", "--timeout=2s")
+			stdout, stderr, err := kubectl.Run("wait", "-n", ns, "hedgepolicy/policy", "--for=condition=Ready", "--timeout=2s")
 			out := readAll(stdout) + readAll(stderr)
 			if waited := err == nil; waited != (tc.ready == metav1.ConditionTrue) {
 				t.Errorf("kubectl wait --for=condition=Ready: %v (%s), want success %v", err, strings.TrimSpace(out), tc.ready == metav1.ConditionTrue)
