@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,9 +62,22 @@ func TestSamplesApplyWithKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl get hp: %v\n%s", err, out)
 	}
-	for _, col := range []string{"TARGET", "MODE", "DELAY", "HEDGE%", "READY", "AGE", "checkout", "catalog"} {
-		if !strings.Contains(out, col) {
-			t.Errorf("kubectl get hp output lacks %q:\n%s", col, out)
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if want := []string{"NAME", "TARGET", "DELAY", "SOURCE", "HEDGE%", "BUDGET%", "READY", "REASON", "AGE"}; !slices.Equal(header, want) {
+		t.Errorf("kubectl get hp columns are %v, want %v:\n%s", header, want, out)
+	}
+	for _, name := range []string{"checkout", "catalog"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("kubectl get hp output lacks %q:\n%s", name, out)
+		}
+	}
+	out, err = kubectl(t, "", "get", "hp", "-n", "default", "checkout", "-o", "wide")
+	if err != nil {
+		t.Fatalf("kubectl get hp -o wide: %v\n%s", err, out)
+	}
+	for _, col := range []string{"PORT", "MODE", "PROXIES"} {
+		if !slices.Contains(strings.Fields(strings.SplitN(out, "\n", 2)[0]), col) {
+			t.Errorf("kubectl get hp -o wide lacks column %q:\n%s", col, out)
 		}
 	}
 	out, err = kubectl(t, "", "explain", "hedgepolicy.spec.delay.auto.quantile")
