@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +89,7 @@ func runWith(bin string, env []string, args ...string) (string, error) {
 func deployment(t *testing.T, objs []*unstructured.Unstructured, name string) *unstructured.Unstructured {
 	t.Helper()
 	for _, o := range objs {
-		if o.GetName() == name && (o.GetKind() == "Deployment" || o.GetKind() == "StatefulSet" || o.GetKind() == "Job") {
+		if o.GetName() == name && slices.Contains([]string{"Deployment", "StatefulSet", "Job", "Pod"}, o.GetKind()) {
 			return o
 		}
 	}
@@ -184,14 +185,14 @@ func TestWorkloadAcceptsTheDemoConfig(t *testing.T) {
 	}
 }
 
-// The operator binary accepts the args of both Jobs that run tailcut verify
-// (the demo's warm-up and the Helm test): they parse, and they make a run.
+// The operator binary accepts the args of both pods that run tailcut verify
+// (the demo's warm-up Job and the Helm test's Pod): they parse, and they make a run.
 func TestVerifyJobsArgsAreAccepted(t *testing.T) {
 	bin := binary(t, "tailcut")
 	for _, v := range []valueSet{valueSets[4], valueSets[0]} {
 		objs := render(t, v)
 		for _, job := range []string{"tailcut-warmup", "tailcut-verify"} {
-			if !has(objs, "Job", job) {
+			if !has(objs, "Job", job) && !has(objs, "Pod", job) {
 				continue
 			}
 			args := containerArgs(t, deployment(t, objs, job), job[len("tailcut-"):])

@@ -58,7 +58,7 @@ var valueSets = []valueSet{
 		name: "default",
 		kinds: map[string]int{"Deployment": 2, "Service": 3, "PodDisruptionBudget": 1, "ServiceAccount": 1,
 			"ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
-			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0,
+			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0, "Pod": 0,
 			"CustomResourceDefinition": 1, "Secret": 2},
 	},
 	{
@@ -83,7 +83,7 @@ var valueSets = []valueSet{
 		monitoring: true,
 		set: []string{"demo.enabled=true", "operator.prometheusURL=http://prometheus-operated.monitoring:9090",
 			"image.repository=tailcut", "image.tag=e2e", "demo.workload.image.tag=e2e"},
-		kinds: map[string]int{"Deployment": 2, "StatefulSet": 1, "Service": 5, "HedgePolicy": 1, "Job": 2,
+		kinds: map[string]int{"Deployment": 2, "StatefulSet": 1, "Service": 5, "HedgePolicy": 1, "Job": 1, "Pod": 1,
 			"ConfigMap": 3, "ServiceMonitor": 3, "PrometheusRule": 1, "ServiceAccount": 2, "Role": 2, "RoleBinding": 2},
 	},
 	{
@@ -254,6 +254,9 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 	if j.GetAnnotations()["helm.sh/hook"] != "test" {
 		t.Errorf("%s is not a Helm test hook", ref(j))
 	}
+	if j.GetKind() != "Pod" {
+		t.Errorf("the Helm test is a %s: helm test --logs prints the logs of Pod hooks only", j.GetKind())
+	}
 	args = containerArgs(t, j, "verify")
 	for _, want := range []string{"--policy=chart-demo/workload", "--record", "--url=http://tailcut-proxy.chart-demo.svc:80/",
 		"--prometheus-url=http://prometheus-operated.monitoring:9090",
@@ -262,7 +265,7 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 			t.Errorf("the Helm test's args lack %s: %q", want, args)
 		}
 	}
-	if sa, _, _ := unstructured.NestedString(j.Object, "spec", "template", "spec", "serviceAccountName"); sa != "tailcut-verify" {
+	if sa, _, _ := unstructured.NestedString(j.Object, append(podSpecPath(j), "serviceAccountName")...); sa != "tailcut-verify" {
 		t.Errorf("the Helm test runs as %q, want its own ServiceAccount tailcut-verify", sa)
 	}
 	for _, r := range byKind(demo, "Role") {
@@ -276,7 +279,7 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 	}
 	// A user's own policy, in another namespace, without the demo.
 	own := render(t, valueSet{name: "verify-own", set: []string{"verify.policy=shop/checkout", "verify.url=http://edge.shop:8080/cart"}})
-	if !has(own, "Job", "tailcut-verify") {
+	if !has(own, "Pod", "tailcut-verify") {
 		t.Fatal("verify.policy renders no Helm test")
 	}
 	args = containerArgs(t, deployment(t, own, "tailcut-verify"), "verify")
@@ -418,10 +421,19 @@ func containerEnv(t *testing.T, o *unstructured.Unstructured, name string) map[s
 
 // container returns the named container (or init container) of a workload's
 // pod template.
+// podSpecPath is where o's pod spec sits: a Pod's own spec, a workload's
+// template.
+func podSpecPath(o *unstructured.Unstructured) []string {
+	if o.GetKind() == "Pod" {
+		return []string{"spec"}
+	}
+	return []string{"spec", "template", "spec"}
+}
+
 func container(t *testing.T, o *unstructured.Unstructured, name string) map[string]any {
 	t.Helper()
 	for _, field := range []string{"containers", "initContainers"} {
-		list, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", field)
+		list, _, _ := unstructured.NestedSlice(o.Object, append(podSpecPath(o), field)...)
 		for _, c := range list {
 			if m := c.(map[string]any); m["name"] == name {
 				return m

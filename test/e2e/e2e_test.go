@@ -118,11 +118,12 @@ func TestKind(t *testing.T) {
 		}
 		started := time.Now()
 		stopWatch := watchDelay(ctx, t, c, client.ObjectKeyFromObject(policy))
-		out, helmErr := exec.CommandContext(ctx, s.helm, "test", s.release, "-n", s.namespace, "--timeout", "15m").CombinedOutput()
+		// As the README and NOTES.txt tell users: --logs prints the table.
+		out, helmErr := exec.CommandContext(ctx, s.helm, "test", s.release, "-n", s.namespace, "--timeout", "15m", "--logs").CombinedOutput()
 		changes := stopWatch()
 		t.Logf("helm test:\n%s", out)
 		t.Logf("delay during the A/B: %s", strings.Join(changes, ", "))
-		logs := jobLogs(ctx, t, cs, s.namespace, s.release+"-verify")
+		logs := podLogs(ctx, t, cs, s.namespace, s.release+"-verify")
 		if err := os.WriteFile(filepath.Join(s.artifacts, "verify.log"), []byte(logs), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -273,16 +274,12 @@ func derivedReason(p *tailcutv1alpha1.HedgePolicy) string {
 	return "-"
 }
 
-// jobLogs returns the logs of the (single) pod of a Job.
-func jobLogs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, job string) string {
+// podLogs returns the logs of a pod.
+func podLogs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, pod string) string {
 	t.Helper()
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
-	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("no pod of Job %s: %v", job, err)
-	}
-	b, err := cs.CoreV1().Pods(ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
-		t.Fatalf("logs of %s: %v", pods.Items[0].Name, err)
+		t.Fatalf("logs of %s: %v", pod, err)
 	}
 	return string(b)
 }
@@ -293,11 +290,11 @@ func reportJSON(t *testing.T, logs string) *verify.Report {
 	t.Helper()
 	i := strings.LastIndex(logs, "\n{\n")
 	if i < 0 {
-		t.Fatalf("the verify Job printed no JSON report:\n%s", logs)
+		t.Fatalf("the verify Pod printed no JSON report:\n%s", logs)
 	}
 	var r verify.Report
 	if err := json.NewDecoder(strings.NewReader(logs[i+1:])).Decode(&r); err != nil {
-		t.Fatalf("the verify Job's JSON report: %v\n%s", err, logs[i+1:])
+		t.Fatalf("the verify Pod's JSON report: %v\n%s", err, logs[i+1:])
 	}
 	return &r
 }
