@@ -206,13 +206,14 @@ const (
 	// hedging (the x-tailcut-bypass header, other methods and paths) is never
 	// read.
 	//
-	// With publish.target Istio, Envoy is the clients' sidecars: the latency
-	// is Istio's istio_request_duration_milliseconds (reporter source, the
-	// Service as destination, the policy's namespace as source), and the hedge
-	// counters are the sidecars' envoy_cluster_upstream_rq_retry and
-	// envoy_cluster_upstream_rq_total for the Service's outbound cluster, which
-	// Istio exports only when the mesh's proxyStatsMatcher includes them;
-	// without them delayReason says so and the budget guard is off.
+	// With publish.target Istio, Envoy is the clients' sidecars in the
+	// policy's namespace: the latency histogram and the hedge counters of the
+	// hedged routes alone (upstream_rq_time, upstream_rq_retry and
+	// upstream_rq_total of the routes the EnvoyFilter gives the stat_prefix
+	// tailcut_hedged), not the Service's outbound cluster, which the unhedged
+	// methods and the bypass share. Istio exports route stats by default from
+	// 1.23; before, the mesh's proxyStatsMatcher must include them, and until
+	// then delayReason says so and the budget guard is off.
 	EstimateSourceEnvoy EstimateSource = "Envoy"
 	// EstimateSourceWorkload reads the application's own request-duration histogram.
 	EstimateSourceWorkload EstimateSource = "Workload"

@@ -779,12 +779,12 @@ func TestCustomQuery(t *testing.T) {
 	if res.Delay != 42*ms || res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 		t.Errorf("got %s from %s, want 42ms (%s)", res.Delay, res.Source, res.Reason)
 	}
-	// On the mesh, the hedge counters are the sidecars' own, for the Service's
-	// outbound cluster; with none exported, the reason says what to enable.
+	// On the mesh, the hedge counters are the sidecars' own, for the hedged
+	// routes; with none exported, the reason says what to enable.
 	want := []string{
 		`scalar(histogram_quantile(0.95, sum by (le) (rate(rpc_seconds_bucket{namespace="shop",svc="cart",port="8080"}[2m]))))`,
-		`sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
-		`sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+		`sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_retry{namespace="shop"}[2m]))`,
+		`sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_total{namespace="shop"}[2m]))`,
 	}
 	q := f.queries()
 	slices.Sort(q)
@@ -797,15 +797,16 @@ func TestCustomQuery(t *testing.T) {
 	}
 }
 
-// TestMeshLatencyIsIstiosHistogram: on an Istio mesh, source Envoy reads the
-// clients' sidecars: Istio's request-duration histogram as reported by the
-// source, for the Service, from the policy's namespace.
-func TestMeshLatencyIsIstiosHistogram(t *testing.T) {
+// TestMeshLatencyIsTheHedgedRoutes: on an Istio mesh, source Envoy reads the
+// clients' sidecars: the latency histogram of the hedged routes (their
+// stat_prefix), from the policy's namespace; not Istio's request duration,
+// which counts every method and the bypass (#23, defect 8).
+func TestMeshLatencyIsTheHedgedRoutes(t *testing.T) {
 	f := newFakeProm(t)
 	policy := testPolicy()
 	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
 	_ = estimate(t, f, policy)
-	want := `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m]))`
+	want := `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[2m]))`
 	if q := f.queries(); !slices.Contains(q, want) {
 		t.Errorf("queries %q lack %q", q, want)
 	}

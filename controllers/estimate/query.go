@@ -96,26 +96,19 @@ var (
 	tmplPrev     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Window}}] offset {{.Window}}))`
 	tmplLast     = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}]))`
 	tmplEarlier  = `sum by (le) (increase({{.Metric}}_bucket{{.Selector}}[{{.Interval}}] offset {{.Interval}}))`
-	tmplRetries  = `sum(increase(` + retryMetric + `{{.HedgedSelector}}[{{.Range}}]))`
-	tmplAttempts = `sum(increase(` + attemptMetric + `{{.HedgedSelector}}[{{.Range}}]))`
+	tmplRetries  = `sum(increase({{.RetryMetric}}{{.HedgedSelector}}[{{.Range}}]))`
+	tmplAttempts = `sum(increase({{.AttemptMetric}}{{.HedgedSelector}}[{{.Range}}]))`
 )
 
 // envoyLatencyMetric is Envoy's per-cluster upstream latency histogram, in ms.
 const envoyLatencyMetric = "envoy_cluster_upstream_rq_time"
 
-// On an Istio mesh: Istio's standard request-duration histogram (ms), and the
-// label Istio's merged Envoy stats give the cluster name.
-const (
-	istioLatencyMetric = "istio_request_duration_milliseconds"
-	istioClusterLabel  = "cluster_name"
-)
-
-// meshHost and meshCluster are the Service's host and outbound cluster as
-// istiod names them.
-func meshHost(svc, ns string) string { return svc + "." + ns + ".svc.cluster.local" }
-
-func meshCluster(svc, ns string, port int32) string {
-	return fmt.Sprintf("outbound|%d||%s", port, meshHost(svc, ns))
+// meshRouteMetric is a stat of the policy's hedged routes on an Istio mesh:
+// the EnvoyFilter gives them plan.MeshHedgedStatPrefix, so their latency and
+// counters are apart from the unhedged and bypass routes', which share the
+// Service's outbound cluster with them.
+func meshRouteMetric(ns, svc string, port int32, stat string) string {
+	return plan.MeshRouteMetric(plan.MeshVirtualHost(ns, svc, port), plan.MeshHedgedStatPrefix, stat)
 }
 
 // promQLParser parses every rendered query before it is sent.
@@ -133,24 +126,29 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		"Range":          promDuration(rng),
 		"Interval":       promDuration(policy.Spec.EffectiveEvaluationInterval()),
 		"HedgedSelector": selector([][2]string{{envoyClusterLabel, plan.ClusterName(ns, svc, port)}}),
+		"RetryMetric":    retryMetric,
+		"AttemptMetric":  attemptMetric,
 	}
 	var qs querySet
 	mesh := policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishIstio
 	if mesh {
-		// The sidecars' own counters of the Service's cluster, which Istio
-		// exports only when proxyStatsMatcher includes them.
-		data["HedgedSelector"] = selector([][2]string{{istioClusterLabel, meshCluster(svc, ns, port)}, {"namespace", ns}})
-		qs.hedgeHint = fmt.Sprintf("the sidecars of namespace %s export no %s or %s for cluster %s: add them to the mesh's proxyStatsMatcher "+
-			"(inclusionRegexps: .*upstream_rq_retry$, .*upstream_rq_total$); until then the budget guard is off", ns, retryMetric, attemptMetric, meshCluster(svc, ns, port))
+		// The hedged routes' own counters, in the policy's namespace (the
+		// sidecars and gateways the EnvoyFilter patches).
+		data["HedgedSelector"] = selector([][2]string{{"namespace", ns}})
+		data["RetryMetric"] = meshRouteMetric(ns, svc, port, "upstream_rq_retry")
+		data["AttemptMetric"] = meshRouteMetric(ns, svc, port, "upstream_rq_total")
+		qs.hedgeHint = fmt.Sprintf("the proxies of namespace %s export no %s: Istio before 1.23 needs the mesh's proxyStatsMatcher "+
+			`to include route stats (inclusionRegexps: vhost\..*\.route\..*); until then the budget guard is off`, ns, data["AttemptMetric"])
 	}
 	switch auto.Source {
 	case tailcutv1alpha1.EstimateSourceEnvoy:
 		if mesh {
-			// On the mesh, Envoy is the clients' sidecars: Istio's standard
-			// request-duration histogram as the clients saw it.
-			data["Metric"] = istioLatencyMetric
-			data["Selector"] = selector([][2]string{{"reporter", "source"}, {"destination_service", meshHost(svc, ns)}, {"source_workload_namespace", ns}})
-			qs.boundScale, qs.edge = 1e-3, exactEdge
+			// On the mesh, Envoy is the clients' sidecars: the hedged
+			// routes' latency histogram, as Envoy records it for the
+			// cluster (ms, truncated).
+			data["Metric"] = meshRouteMetric(ns, svc, port, "upstream_rq_time")
+			data["Selector"] = data["HedgedSelector"]
+			qs.boundScale, qs.edge = 1e-3, envoyEdge
 			break
 		}
 		data["Metric"] = envoyLatencyMetric

@@ -79,23 +79,23 @@ func TestBuiltinQueries(t *testing.T) {
 				prevBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[2m] offset 2m))`,
 				lastBuckets:    `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s]))`,
 				earlierBuckets: `sum by (le) (increase(http_latency_milliseconds_bucket{namespace="shop"}[30s] offset 30s))`,
-				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
-				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+				retries:        `sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_retry{namespace="shop"}[2m]))`,
+				attempts:       `sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_total{namespace="shop"}[2m]))`,
 			},
 		},
 		{
-			name: "Envoy on an Istio mesh: Istio's histogram, as the clients' sidecars report it",
+			name: "Envoy on an Istio mesh: the hedged routes' own histogram and counters, as the clients' sidecars report them",
 			policy: func(p *tailcutv1alpha1.HedgePolicy) {
 				p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
 			},
 			rng: 2 * time.Minute,
 			want: querySet{
-				buckets:        `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m]))`,
-				prevBuckets:    `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[2m] offset 2m))`,
-				lastBuckets:    `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[30s]))`,
-				earlierBuckets: `sum by (le) (increase(istio_request_duration_milliseconds_bucket{reporter="source",destination_service="cart.shop.svc.cluster.local",source_workload_namespace="shop"}[30s] offset 30s))`,
-				retries:        `sum(increase(envoy_cluster_upstream_rq_retry{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
-				attempts:       `sum(increase(envoy_cluster_upstream_rq_total{cluster_name="outbound|8080||cart.shop.svc.cluster.local",namespace="shop"}[2m]))`,
+				buckets:        `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[2m]))`,
+				prevBuckets:    `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[2m] offset 2m))`,
+				lastBuckets:    `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[30s]))`,
+				earlierBuckets: `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[30s] offset 30s))`,
+				retries:        `sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_retry{namespace="shop"}[2m]))`,
+				attempts:       `sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_total{namespace="shop"}[2m]))`,
 			},
 		},
 	} {

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -135,14 +134,14 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	// match selects the Service's virtual host, and its routes of one action
 	// unless action is empty.
 	match := func(action string) map[string]any {
-		vhost := map[string]any{"name": host + ":" + strconv.Itoa(int(p.Port))}
+		vhost := map[string]any{"name": plan.MeshVirtualHost(p.Namespace, p.Service, p.Port)}
 		if action != "" {
 			vhost["route"] = map[string]any{"action": action}
 		}
 		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
 	account := xds.HedgeBudgetFilterFor(p.Name)
-	merged := &routev3.Route{Metadata: xds.OwnedRoute(account)}
+	merged := &routev3.Route{Metadata: xds.OwnedRoute(account), StatPrefix: plan.MeshHedgedStatPrefix}
 	if p.Hedge != nil {
 		merged.Action = &routev3.Route_Route{Route: routeAction(p)}
 		merged.Metadata = xds.HedgeAccount(p, account, meshRetries(p.Hedge))
@@ -284,8 +283,9 @@ func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 				InvertMatch: true,
 			}},
 		},
-		Action:   &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata: xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Metadata:   xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		StatPrefix: plan.MeshUnhedgedStatPrefix,
 	}
 }
 
@@ -296,16 +296,12 @@ func BypassRouteName(policy string) string { return policy + "/bypass" }
 // bypassRoute takes every request carrying plan.BypassHeader: 1 to the
 // Service's cluster, unhedged, as the unhedged route does.
 //
-// The estimator does not tell this traffic apart. On a mesh it reads Istio's
-// istio_request_duration_milliseconds (reporter="source", the Service as
-// destination_service, the policy's namespace as source_workload_namespace)
-// and the sidecars' upstream_rq_retry and upstream_rq_total of
-// outbound|<port>||<host> (controllers/estimate/query.go). Neither has a
-// route label, and istiod gives the Service's port one cluster, which this
-// route, the unhedged route and the hedged routes share: bypass requests sent
-// from the policy's namespace (tailcut verify's reference arm) are counted in
-// all three, as the unhedged methods already are. Unlike tailcut's own proxy,
-// the mesh has no bypass cluster to keep them apart.
+// Each route tailcut writes carries a stat_prefix of its own
+// (plan.MeshHedgedStatPrefix on the hedged routes, MeshUnhedgedStatPrefix,
+// MeshBypassStatPrefix): istiod gives the Service's port one cluster, which
+// all of them share, so the estimator reads the hedged route's own stats
+// (controllers/estimate/query.go), never the cluster's, and this route's
+// requests (tailcut verify's reference arm) never reach the estimate.
 func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 	return &routev3.Route{
 		Name: BypassRouteName(p.Name),
@@ -318,8 +314,9 @@ func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 				}},
 			}},
 		},
-		Action:   &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata: xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
+		Metadata:   xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		StatPrefix: plan.MeshBypassStatPrefix,
 	}
 }
 

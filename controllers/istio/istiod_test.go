@@ -20,6 +20,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"io"
 	"net"
 	"net/http"
@@ -233,6 +235,9 @@ func sidecarBootstrap(listenPort, istiodGRPC int, routeConfig, cluster string, f
   metadata: {NAMESPACE: demo, CLUSTER_ID: Kubernetes, ISTIO_VERSION: "1.31.0", LABELS: {app: client}}
 admin:
   address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+# As Istio's bootstrap: no default tag extractors, so route stats keep the
+# virtual host and the stat prefix in their names.
+stats_config: {use_all_default_tags: false}
 dynamic_resources:
   ads_config:
     api_type: GRPC
@@ -579,6 +584,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 
 	p99, att, _ := measure("hedged", http.MethodGet, 100)
+	hedges := att["fast GET/2"] + att["slow GET/2"]
 	if p99 > 120*time.Millisecond || p99 > baseP99/2 {
 		t.Errorf("hedged GET p99 %s (before: %s): the slow replica's requests should be answered by a hedge after 20 ms", p99, baseP99)
 	}
@@ -612,6 +618,42 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	t.Logf("10 bypass GETs: slow replica attempts %v; fast replica attempts %v", sa, fa)
 	if sa["GET/1"] == 0 || len(sa) != 1 || len(fa) > 1 || fa["GET/2"] != 0 {
 		t.Errorf("10 bypass GETs: want some at the slow replica, and only first attempts (never hedged)")
+	}
+
+	// Each route tailcut patched counts its own traffic, under the names the
+	// estimator reads (#23, defect 8): the hedged route the 100 GETs and their
+	// hedges, never the POSTs or the bypass GETs, which share its cluster.
+	vhost := plan.MeshVirtualHost("demo", "backend", port)
+	type routeCount struct {
+		prefix                 string
+		answered, sent, hedged float64
+	}
+	want := []routeCount{
+		{plan.MeshHedgedStatPrefix, 100, float64(100 + hedges), float64(hedges)},
+		{plan.MeshUnhedgedStatPrefix, 40, 40, 0},
+		{plan.MeshBypassStatPrefix, 10, 10, 0},
+	}
+	got := func() []routeCount {
+		stats := routeStats(t, admin)
+		var out []routeCount
+		for _, c := range want {
+			out = append(out, routeCount{c.prefix, stats[plan.MeshRouteMetric(vhost, c.prefix, "upstream_rq_time")],
+				stats[plan.MeshRouteMetric(vhost, c.prefix, "upstream_rq_total")], stats[plan.MeshRouteMetric(vhost, c.prefix, "upstream_rq_retry")]})
+		}
+		return out
+	}
+	// Histograms reach the stats output at Envoy's stats flush (5 s).
+	waitUntil(t, 15*time.Second, "every route's latency histogram flushed", func() (bool, string) {
+		g := got()
+		return g[0].answered+g[1].answered+g[2].answered >= 150, fmt.Sprint(g)
+	})
+	for i, c := range got() {
+		w := want[i]
+		t.Logf("route stats %s: %v answered, %v attempts, %v retries", c.prefix, c.answered, c.sent, c.hedged)
+		if c != w {
+			t.Errorf("route stats %s: %v answered, %v attempts, %v retries; want %v, %v, %v",
+				c.prefix, c.answered, c.sent, c.hedged, w.answered, w.sent, w.hedged)
+		}
 	}
 
 	// The hedge account. istiod puts the policy's Lua filter before the
@@ -734,6 +776,34 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		s := compact(rs)
 		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName) && !strings.Contains(s, BypassRouteName(rp.Name)), "version " + v + ": " + s
 	})
+}
+
+// routeStats reads Envoy's Prometheus stats and returns the value of each
+// counter, and the sample count of each histogram, by name.
+func routeStats(t *testing.T, admin string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/stats/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("Envoy's /stats/prometheus: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[name] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
 }
 
 func compact(v any) string {

@@ -48,3 +48,40 @@ func ClusterName(namespace, service string, port int32) string {
 func BypassClusterName(namespace, service string, port int32) string {
 	return ClusterName(namespace, service, port) + "_bypass"
 }
+
+// On an Istio mesh the routes of a Service's virtual host are istiod's, and so
+// is its cluster, outbound|<port>||<host>, which every route to the Service
+// shares: its stats mix hedged GETs with unhedged POSTs and the bypass. The
+// EnvoyFilter therefore names each route tailcut patches with a stat_prefix,
+// and the estimator reads the hedged route's own stats (MeshRouteMetric).
+// pilot-agent exports vhost.*.route.* stats by default.
+const (
+	// MeshHedgedStatPrefix is the stat_prefix merged into the hedged routes.
+	MeshHedgedStatPrefix = "tailcut_hedged"
+	// MeshUnhedgedStatPrefix and MeshBypassStatPrefix name the inserted
+	// unhedged and bypass routes, so that their traffic is counted apart.
+	MeshUnhedgedStatPrefix = "tailcut_unhedged"
+	MeshBypassStatPrefix   = "tailcut_bypass"
+)
+
+// MeshVirtualHost is the name istiod gives a Service port's virtual host in a
+// sidecar's outbound routes: <service>.<namespace>.svc.cluster.local:<port>.
+func MeshVirtualHost(namespace, service string, port int32) string {
+	return fmt.Sprintf("%s.%s.svc.cluster.local:%d", service, namespace, port)
+}
+
+// MeshRouteMetric is the Prometheus name of a route stat (upstream_rq_time,
+// upstream_rq_total, upstream_rq_retry) of the routes with stat prefix prefix
+// in virtual host vhost, as a sidecar exports it: Istio's bootstrap turns
+// Envoy's default tag extractors off, so the virtual host and the prefix stay
+// in the name, and Envoy's Prometheus output turns every character outside
+// [a-zA-Z0-9_] into "_".
+func MeshRouteMetric(vhost, prefix, stat string) string {
+	name := []byte("envoy_vhost." + vhost + ".route." + prefix + "." + stat)
+	for i, c := range name {
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			name[i] = '_'
+		}
+	}
+	return string(name)
+}
