@@ -103,6 +103,14 @@ var valueSets = []valueSet{
 		set:   []string{"istio.enabled=true"},
 		kinds: map[string]int{"Deployment": 2, "ClusterRole": 5, "ClusterRoleBinding": 2},
 	},
+	{
+		// helm template, Argo CD and Flux render with no cluster to ask:
+		// monitoring.enabled=true renders the Prometheus Operator's objects
+		// anyway, where auto (the default) drops them.
+		name:  "monitoring-forced",
+		set:   []string{"monitoring.enabled=true"},
+		kinds: map[string]int{"ServiceMonitor": 2, "PrometheusRule": 1},
+	},
 }
 
 // namespace is where a value set is installed.

@@ -59,9 +59,11 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s.%s.svc:%d" (include "tailcut.fullname" .) .Release.Namespace (int .Values.operator.ports.xds) }}
 {{- end }}
 
-{{/* True when the Prometheus Operator resources render. */}}
+{{/* True when the Prometheus Operator resources render: monitoring.enabled
+"auto" when the API server serves monitoring.coreos.com/v1, true always. */}}
 {{- define "tailcut.monitoring" -}}
-{{- if and .Values.monitoring.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
+{{- $e := toString .Values.monitoring.enabled }}
+{{- if or (eq $e "true") (and (eq $e "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}true{{ end }}
 {{- end }}
 
 {{- define "tailcut.proxyName" -}}
