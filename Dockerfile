@@ -29,7 +29,8 @@ COPY test/workload/ test/workload/
 ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/tailcut . && \
-    GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/workload ./test/workload
+    GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/workload ./test/workload && \
+    GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" -o /out/hedge-account.wasm ./controllers/xds/hedgeaccount
 
 FROM ${DISTROLESS_IMAGE} AS workload
 COPY --from=build /out/workload /workload
@@ -41,6 +42,9 @@ CMD ["--listen=:8090"]
 # The operator is the last stage, so a plain `docker build .` builds it.
 FROM ${DISTROLESS_IMAGE} AS operator
 COPY --from=build /out/tailcut /tailcut
+# The hedge account's Proxy-Wasm module: the proxies' init container copies it
+# beside their bootstrap (tailcut bootstrap --hedge-account-module).
+COPY --from=build /out/hedge-account.wasm /hedge-account.wasm
 USER 65532:65532
 # xDS (ADS gRPC), metrics, health probes.
 EXPOSE 18000 8080 8081

@@ -84,6 +84,7 @@ func main() {
 		xdsAddr, promURL       string
 		listenerAddr           string
 		listenerPort           int
+		hedgeAccountModule     string
 		hostsFile              string
 		promTimeout            time.Duration
 		pushDebounce           time.Duration
@@ -111,6 +112,7 @@ func main() {
 	flag.DurationVar(&pushDebounce, "xds-push-debounce", 100*time.Millisecond, "Batch xDS pushes: push once changes pause this long (at most 1s after the first). 0 pushes every change at once.")
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
+	flag.StringVar(&hedgeAccountModule, "envoy-hedge-account-module", xds.DefaultHedgeAccountModule, "Path, on the proxies, of the hedge account's Proxy-Wasm module (tailcut bootstrap --hedge-account-module puts it there). A proxy that cannot load it rejects the listener, and policies say so (NACK).")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
 	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
@@ -219,7 +221,7 @@ func main() {
 		srv = xds.NewServer(xds.ServerOptions{
 			TLS:       serverTLS,
 			Address:   xdsAddr,
-			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort)},
+			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort), HedgeAccountModule: hedgeAccountModule},
 			Logger:    ctrl.Log.WithName("xds"),
 			// A thousand policies applied at once are one push, not a thousand.
 			PushDebounce: pushDebounce,

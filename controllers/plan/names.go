@@ -79,9 +79,13 @@ func MeshVirtualHost(namespace, service string, port int32) string {
 func MeshRouteMetric(vhost, prefix, stat string) string {
 	name := []byte("envoy_vhost." + vhost + ".route." + prefix + "." + stat)
 	for i, c := range name {
-		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+		if !promNameChar(c) {
 			name[i] = '_'
 		}
 	}
 	return string(name)
+}
+
+func promNameChar(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

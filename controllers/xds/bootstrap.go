@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -385,6 +386,7 @@ func BootstrapCommand(args []string, out io.Writer) error {
 		listenPort uint
 		statsPort  uint
 		output     string
+		module     string
 	)
 	fs.StringVar(&opts.XDSAddress, "xds-address", "", "host:port of tailcut's xDS server (required)")
 	fs.StringVar(&opts.NodeID, "node-id", hostname, "node id of this proxy")
@@ -397,6 +399,7 @@ func BootstrapCommand(args []string, out io.Writer) error {
 	fs.UintVar(&statsPort, "stats-port", 0, "port of a listener that serves only /stats/prometheus and /ready from the admin interface (0: none)")
 	fs.UintVar(&listenPort, "listener-port", DefaultListenerPort, "port of the HTTP listener tailcut programs (recorded in the node metadata)")
 	fs.StringVar(&output, "output", "", "write the bootstrap to this file instead of standard output")
+	fs.StringVar(&module, "hedge-account-module", "", "copy the hedge account's Proxy-Wasm module from this file to hedge-account.wasm beside --output, where the operator's --envoy-hedge-account-module points by default (the operator image has it at /hedge-account.wasm)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -414,9 +417,26 @@ func BootstrapCommand(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if module != "" {
+		if output == "" {
+			return errors.New("bootstrap: --hedge-account-module needs --output (the module goes beside it)")
+		}
+		if err := copyFile(module, filepath.Join(filepath.Dir(output), filepath.Base(DefaultHedgeAccountModule))); err != nil {
+			return fmt.Errorf("bootstrap: the hedge account module: %w", err)
+		}
+	}
 	if output != "" {
 		return os.WriteFile(output, b, 0o644)
 	}
 	_, err = out.Write(b)
 	return err
+}
+
+// copyFile copies src to dst, readable by the proxy.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
 }

@@ -242,7 +242,7 @@ func startServer(t *testing.T, ctx context.Context, listenPort uint32, options .
 	t.Helper()
 	opts := ServerOptions{
 		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
+		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
 		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
 	}
 	for _, o := range options {
@@ -600,7 +600,7 @@ func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	srv := NewServer(ServerOptions{
 		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort},
+		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
 		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
 	})
 	addr, err := srv.Listen()

@@ -21,7 +21,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -40,10 +42,39 @@ const AttemptCountHeader = "x-envoy-attempt-count"
 //go:embed hedgebudget.lua
 var hedgeBudgetLua string
 
-// HedgeBudgetHTTPFilter is the hedge account filter under name. tailcut's own
-// listener has one, HedgeBudgetFilter, for every policy; in a mesh each
-// policy's EnvoyFilter inserts its own (HedgeBudgetFilterFor), since
-// EnvoyFilters of different policies cannot share one filter.
+// DefaultHedgeAccountModule is where tailcut's proxies find the hedge
+// account's Proxy-Wasm module: `tailcut bootstrap --hedge-account-module`
+// copies it there, beside the bootstrap.
+const DefaultHedgeAccountModule = "/etc/envoy/hedge-account.wasm"
+
+// HedgeAccountModuleFilter is the hedge account of tailcut's own listener,
+// one filter for every policy: the Proxy-Wasm module built from
+// controllers/xds/hedgeaccount, read from module on the proxy. Unlike the Lua
+// account it sees every stream end, so a request its client cancels gives back
+// the hedges Envoy never sent. All workers share one VM id, so Envoy compiles
+// the module once. A runtime error in the module reloads it (its accounts
+// start empty) rather than failing requests.
+func HedgeAccountModuleFilter(module string) *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{
+		Name: HedgeBudgetFilter,
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&wasmfilterv3.Wasm{Config: &wasmv3.PluginConfig{
+			Name:          HedgeBudgetFilter,
+			FailurePolicy: wasmv3.FailurePolicy_FAIL_RELOAD,
+			Vm: &wasmv3.PluginConfig_VmConfig{VmConfig: &wasmv3.VmConfig{
+				VmId:    HedgeBudgetFilter,
+				Runtime: "envoy.wasm.runtime.v8",
+				Code: &corev3.AsyncDataSource{Specifier: &corev3.AsyncDataSource_Local{Local: &corev3.DataSource{
+					Specifier: &corev3.DataSource_Filename{Filename: module},
+				}}},
+			}},
+		}})},
+	}
+}
+
+// HedgeBudgetHTTPFilter is the Lua hedge account under name, for the mesh:
+// each policy's EnvoyFilter inserts its own (HedgeBudgetFilterFor), since
+// EnvoyFilters of different policies cannot share one filter, and a Wasm
+// module would need a way into the sidecars (Istio's WasmPlugin).
 func HedgeBudgetHTTPFilter(name string) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{
 		Name: name,
@@ -56,10 +87,10 @@ func HedgeBudgetHTTPFilter(name string) *hcmv3.HttpFilter {
 // HedgeBudgetFilterFor names a policy's own hedge account filter ("ns/name").
 func HedgeBudgetFilterFor(policy string) string { return HedgeBudgetFilter + "/" + policy }
 
-// OwnedRoute is the metadata of a route tailcut renders without an account
-// (bypass, unhedged, hedging off), for the account filter named filter: the
-// filter removes the attempt count from its answers, as from the accounted
-// route's, and leaves routes of others alone.
+// OwnedRoute is the metadata of a route tailcut renders in a mesh without an
+// account (bypass, unhedged, hedging off), for the Lua account filter named
+// filter: the filter removes the attempt count from its answers, as from the
+// accounted route's, and leaves routes of others alone.
 func OwnedRoute(filter string) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{filter: {Fields: map[string]*structpb.Value{
 		"owned": structpb.NewBoolValue(true),

@@ -1,4 +1,7 @@
--- tailcut's hedge account: a rate cap on hedges in Envoy's data path.
+-- tailcut's hedge account on an Istio mesh: a rate cap on hedges in Envoy's
+-- data path. tailcut's own Envoy runs the same account as a Proxy-Wasm module
+-- (controllers/xds/hedgeaccount), which also sees the streams clients reset;
+-- here a request that never answers keeps its commitment for the window.
 --
 -- Envoy's retry_budget does not bound hedges: a retry holds its place in the
 -- budget only while it waits out its back-off (1 ms on a hedged route), not

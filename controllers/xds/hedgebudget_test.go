@@ -18,6 +18,7 @@ package xds
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,6 +31,8 @@ import (
 // accountRun is what one run through the hedge account counted.
 type accountRun struct {
 	sent, ok, attemptHeaders int
+	// slow requests were sent to /slow and not cancelled: each wants a hedge.
+	slow int
 	// hedges reached the upstream; early ones came sooner than earlyBelow
 	// after their first attempt.
 	hedges, early int
@@ -52,6 +55,18 @@ var earlyBelow = (accountDelay + (&plan.Hedge{Delay: accountDelay}).LateDelay())
 // account's windows (plan.HedgeWindow). Every slowEvery-th request goes to
 // /slow (300 ms), the rest to / (fast).
 func runAccount(t *testing.T, slowEvery int) accountRun {
+	return runAccountCancelling(t, slowEvery, 0)
+}
+
+// cancelAfter is when a cancelling client gives up: long before the hedge
+// (accountDelay), as callers with deadlines of their own do.
+const cancelAfter = 5 * time.Millisecond
+
+// runAccountCancelling is runAccount where, besides, every cancelEvery-th
+// request (none when 0) is a slow one whose client resets it after
+// cancelAfter, before Envoy would hedge it. Those requests count in the
+// budget's base (they arrived) and never answer.
+func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
 	t.Helper()
 	const rate, length = 50, 20 * time.Second
 	if length >= plan.HedgeWindow {
@@ -63,11 +78,23 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
 	})
 	client := newLoadClient()
+	impatient := &http.Client{Timeout: cancelAfter, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	var (
-		mu  sync.Mutex
-		run accountRun
+		mu        sync.Mutex
+		run       accountRun
+		cancelled int
 	)
 	paced(rate, length, func(i int) {
+		if cancelEvery > 0 && i%cancelEvery == cancelEvery/2 {
+			_, err := getWeb(impatient, listenPort, "/slow", fmt.Sprintf("cancelled-%d", i))
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				t.Errorf("request %d was answered within %s; it should have been cancelled", i, cancelAfter)
+			}
+			cancelled++
+			return
+		}
 		path := "/"
 		if i%slowEvery == 0 {
 			path = "/slow"
@@ -76,6 +103,9 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 		mu.Lock()
 		defer mu.Unlock()
 		run.sent++
+		if path == "/slow" {
+			run.slow++
+		}
 		if err != nil {
 			return
 		}
@@ -110,16 +140,23 @@ func runAccount(t *testing.T, slowEvery int) accountRun {
 	for h := range up.leaked {
 		t.Errorf("a header reached the upstream: %s", h)
 	}
-	// The account allows 5% of the requests of its window, and spends what
-	// it earns: a cap that turned hedging off would pass the first check.
-	most := 0.05 * float64(run.sent)
-	t.Logf("%d requests, one in %d slow: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than %s",
-		run.sent, slowEvery, run.hedges, 100*float64(run.hedges)/float64(run.sent), most, run.early, earlyBelow)
-	if float64(run.hedges) > most {
-		t.Errorf("%d hedges for %d requests, want at most %.0f: the 5%% budget", run.hedges, run.sent, most)
+	for id, at := range up.arrived {
+		if strings.HasPrefix(id, "cancelled-") && len(at) > 1 {
+			t.Errorf("%s was hedged; its client gave up after %s", id, cancelAfter)
+		}
 	}
-	if least := most - 5; float64(run.hedges) < least {
-		t.Errorf("%d hedges for %d requests, want at least %.0f: the account should spend its share (unhedged answers give their commitments back)", run.hedges, run.sent, least)
+	// The account allows 5% of the requests of its window, cancelled ones
+	// included, and spends what it earns: a cap that turned hedging off
+	// would pass the first check.
+	all := run.sent + cancelled
+	most := 0.05 * float64(all)
+	t.Logf("%d requests, one in %d slow, %d more cancelled after %s: %d hedges (%.1f%%), at most %.0f allowed; %d sooner than %s",
+		run.sent, slowEvery, cancelled, cancelAfter, run.hedges, 100*float64(run.hedges)/float64(all), most, run.early, earlyBelow)
+	if float64(run.hedges) > most {
+		t.Errorf("%d hedges for %d requests, want at most %.0f: the 5%% budget", run.hedges, all, most)
+	}
+	if least := math.Min(most, float64(run.slow)) - 5; float64(run.hedges) < least {
+		t.Errorf("%d hedges for %d requests (%d slow), want at least %.0f: the account should spend its share, or hedge every slow request when they are fewer (unhedged answers and cancelled requests give their commitments back)", run.hedges, all, run.slow, least)
 	}
 	return run
 }
@@ -148,4 +185,23 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 // fast requests and 0 hedges were sent.
 func TestHedgeAccountGivesBackUnusedHedges(t *testing.T) {
 	runAccount(t, 10)
+}
+
+// TestHedgeAccountSurvivesCancellations (#23, defect 2): callers with
+// deadlines of their own reset requests. As in the measurement, 4% of
+// the requests are slow, under a 5% budget, and 4% more are slow ones whose
+// client resets them 5 ms in, long before their hedge would go. A cancelled
+// request never answers: an account that gives unsent hedges back only with
+// the answer keeps the commitments of cancelled requests for the whole
+// window, and the slow requests that are answered find the budget spent. The
+// account must hedge as it does without cancellations: every slow request,
+// within 5% of the run without them.
+func TestHedgeAccountSurvivesCancellations(t *testing.T) {
+	polite := runAccountCancelling(t, 25, 0)
+	cancelling := runAccountCancelling(t, 25, 25)
+	t.Logf("hedges: %d of %d slow requests without cancellations, %d of %d with 4%% of requests cancelled",
+		polite.hedges, polite.slow, cancelling.hedges, cancelling.slow)
+	if float64(cancelling.hedges) < 0.95*float64(polite.hedges) {
+		t.Errorf("with cancellations the account sent %d hedges, without %d: want at least 95%%", cancelling.hedges, polite.hedges)
+	}
 }

@@ -73,6 +73,9 @@ type TranslateOptions struct {
 	ListenerAddress string
 	// ListenerPort is the listener's port. Default 10000.
 	ListenerPort uint32
+	// HedgeAccountModule is the path, on the proxies, of the hedge account's
+	// Proxy-Wasm module. Default DefaultHedgeAccountModule.
+	HedgeAccountModule string
 }
 
 func (o TranslateOptions) withDefaults() TranslateOptions {
@@ -81,6 +84,9 @@ func (o TranslateOptions) withDefaults() TranslateOptions {
 	}
 	if o.ListenerPort == 0 {
 		o.ListenerPort = DefaultListenerPort
+	}
+	if o.HedgeAccountModule == "" {
+		o.HedgeAccountModule = DefaultHedgeAccountModule
 	}
 	return o
 }
@@ -135,7 +141,7 @@ func newShared(opts TranslateOptions) (*shared, error) {
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{HedgeBudgetHTTPFilter(HedgeBudgetFilter), {
+		HttpFilters: []*hcmv3.HttpFilter{HedgeAccountModuleFilter(opts.HedgeAccountModule), {
 			Name:       wellknown.Router,
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
 		}},
@@ -211,15 +217,12 @@ func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 		routes = append(routes, route(p.Name+"/other", "/", nil, bypass))
 	}
 	// The attempt count on requests lets backends count hedges
-	// (x-envoy-attempt-count > 1); on responses it tells the hedge account
-	// what a request cost. The account filter removes it from the answers
-	// of every route here (OwnedRoute): the router adds it after a route's
-	// response_headers_to_remove.
-	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes,
-		IncludeRequestAttemptCount: true, IncludeAttemptCountInResponse: true}
+	// (x-envoy-attempt-count > 1). The hedge account reads what a request
+	// cost from the stream, so answers carry no attempt count.
+	return &routev3.VirtualHost{Name: p.Name, Domains: p.Hosts, Routes: routes, IncludeRequestAttemptCount: true}
 }
 
-// route is one of tailcut's routes (OwnedRoute, virtualHost).
+// route is one of tailcut's routes (virtualHost).
 func route(name, prefix string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction) *routev3.Route {
 	return &routev3.Route{
 		Name: name,
@@ -227,8 +230,7 @@ func route(name, prefix string, headers []*routev3.HeaderMatcher, action *routev
 			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix},
 			Headers:       headers,
 		},
-		Action:   &routev3.Route_Route{Route: action},
-		Metadata: OwnedRoute(HedgeBudgetFilter),
+		Action: &routev3.Route_Route{Route: action},
 	}
 }
 

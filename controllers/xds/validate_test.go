@@ -35,6 +35,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // envoyBin returns $ENVOY_BIN. Tests that need Envoy fail without it: the
@@ -142,6 +144,24 @@ func staticBootstrapOf(t *testing.T, res *Resources) *bootstrapv3.Bootstrap {
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.EdsClusterConfig = nil
 		c.LoadAssignment = cla
+	}
+	// The goldens name the module where tailcut's proxies have it; this
+	// Envoy loads the one built from the source.
+	for _, l := range res.Listeners {
+		for _, fc := range l.FilterChains {
+			for _, f := range fc.Filters {
+				var hcm hcmv3.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("listener %s: %v", l.Name, err)
+				}
+				for i, hf := range hcm.HttpFilters {
+					if hf.Name == HedgeBudgetFilter {
+						hcm.HttpFilters[i] = HedgeAccountModuleFilter(harness.HedgeAccountModule(t))
+					}
+				}
+				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
+			}
+		}
 	}
 	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: res.Listeners, Clusters: res.Clusters}}
 	if err := b.ValidateAll(); err != nil {

@@ -17,6 +17,7 @@ limitations under the License.
 package chart
 
 import (
+	"bytes"
 	"encoding/base64"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tailcut/tailcut/controllers/verify"
+	"github.com/tailcut/tailcut/controllers/xds"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // The manifests run the real binaries with the flags they give them: the
@@ -143,15 +146,33 @@ func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
 		}
 	}
 
+	// The hedge account's module, where the operator image has it
+	// (Dockerfile).
+	module := harness.HedgeAccountModule(t)
 	args := expand(containerArgs(t, proxy, "bootstrap"), map[string]string{"POD_NAME": "tailcut-proxy-abc"})
 	for i, a := range args {
-		if a == "--output=/etc/envoy/envoy.yaml" {
+		switch a {
+		case "--output=/etc/envoy/envoy.yaml":
 			args[i] = "--output=" + bootstrap
+		case "--hedge-account-module=/hedge-account.wasm":
+			args[i] = "--hedge-account-module=" + module
 		}
 		args[i] = strings.Replace(args[i], "=/etc/tailcut/xds-tls/", "="+tlsDir+"/", 1)
 	}
+	if !slices.Contains(args, "--hedge-account-module="+module) {
+		t.Errorf("the bootstrap container does not copy the hedge account module from /hedge-account.wasm: %q", args)
+	}
 	if out, err := runWith(binary(t, "tailcut"), nil, args...); err != nil {
 		t.Fatalf("tailcut %v: %v\n%s", args, err, out)
+	}
+	// The operator's listener loads the module from
+	// xds.DefaultHedgeAccountModule, in the bootstrap volume Envoy mounts.
+	copied, want := mustRead(t, filepath.Join(dir, filepath.Base(xds.DefaultHedgeAccountModule))), mustRead(t, module)
+	if !bytes.Equal(copied, want) {
+		t.Errorf("the module beside the bootstrap is %d bytes, want the %d of the image's", len(copied), len(want))
+	}
+	if mounts := volumeMounts(t, proxy, "envoy"); mounts[filepath.Dir(xds.DefaultHedgeAccountModule)] != "bootstrap" {
+		t.Errorf("Envoy mounts %v; the operator points it at %s, in the bootstrap volume", mounts, xds.DefaultHedgeAccountModule)
 	}
 	b := string(mustRead(t, bootstrap))
 	for _, want := range []string{"tailcut.chart-demo.svc", "18000", "9901", "9902", "tailcut_stats", "tailcut-proxy-abc"} {
@@ -216,4 +237,16 @@ func has(objs []*unstructured.Unstructured, kind, name string) bool {
 		}
 	}
 	return false
+}
+
+// volumeMounts maps a container's mount paths to their volumes.
+func volumeMounts(t *testing.T, o *unstructured.Unstructured, name string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	mounts, _ := container(t, o, name)["volumeMounts"].([]any)
+	for _, m := range mounts {
+		mm := m.(map[string]any)
+		out[mm["mountPath"].(string)], _ = mm["name"].(string)
+	}
+	return out
 }

@@ -104,6 +104,7 @@ type scaleStack struct {
 	env      *envtest.Environment
 	c        client.Client
 	bin      string
+	module   string
 	kubecfg  string
 	prom     *fakePrometheus
 	operator *proc
@@ -162,6 +163,11 @@ func (s *scaleStack) start(ctx context.Context) error {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, b)
 	}
+	module, err := harness.BuildHedgeAccountModule(filepath.Join(s.opts.Dir, "bin"))
+	if err != nil {
+		return err
+	}
+	s.module = module
 	s.logf("starting etcd and kube-apiserver")
 	ctrllog.SetLogger(logr.Discard())
 	env, cfg, err := envtestutil.Start()
@@ -278,7 +284,8 @@ func (s *scaleStack) startOperator(ctx context.Context) error {
 	p, err := startProc("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
+		"--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {
 		return err
 	}
@@ -493,7 +500,8 @@ func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
 	p, err := startProc("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--pprof-bind-address="+s.opts.PprofAddress)
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
+		"--pprof-bind-address="+s.opts.PprofAddress)
 	if err != nil {
 		return err
 	}

@@ -190,6 +190,11 @@ func (s *Stack) buildBinaries(ctx context.Context) error {
 		}
 		s.bins[name] = out
 	}
+	module, err := harness.BuildHedgeAccountModule(s.dir("bin"))
+	if err != nil {
+		return err
+	}
+	s.bins["hedge-account"] = module
 	s.bins["envoy"], s.bins["prometheus"] = os.Getenv("ENVOY_BIN"), os.Getenv("PROMETHEUS_BIN")
 	return nil
 }
@@ -307,7 +312,8 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 		// The local Prometheus scrapes plain HTTP on loopback.
 		"--metrics-bind-address=" + addr(p.Metrics), "--metrics-secure=false", "--health-probe-bind-address=" + addr(p.Probe),
 		"--xds-address=" + addr(p.XDS), "--prometheus-url=http://" + addr(p.Prometheus),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener)}
+		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener),
+		"--envoy-hedge-account-module=" + s.bins["hedge-account"]}
 	if s.opts.LeaderElect {
 		s.operatorArgs = append(s.operatorArgs, "--leader-elect", "--leader-election-namespace="+Namespace,
 			"--replica-name=tailcut", "--replica-namespace="+Namespace)
