@@ -125,7 +125,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// (retireEverywhere). Publishers keep no state outside this
 			// process except Istio EnvoyFilters, which carry an owner
 			// reference and are garbage collected, so no finalizer is needed.
-			estimate.ForgetPolicy(req.Namespace, req.Name)
+			forgetPolicy(req.Namespace, req.Name)
 			r.written.Delete(req.NamespacedName)
 			r.firstSeen.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.retireEverywhere(ctx, req.NamespacedName)
@@ -144,6 +144,7 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	status := policy.Status.DeepCopy()
 	status.ObservedGeneration = policy.Generation
 	requeue, evalErr := r.evaluate(ctx, &policy, status, metav1.NewTime(now))
+	recordPolicy(&policy, status)
 	for _, pub := range r.Publishers {
 		if w, ok := pub.(publish.SyncWaiter); ok {
 			w.Reconciled(req.NamespacedName)

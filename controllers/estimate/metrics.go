@@ -17,6 +17,7 @@ limitations under the License.
 package estimate
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,25 +26,37 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
+// PolicyLabelNames label every per-policy series. policy is
+// "<namespace>/<name>", one label to join and select by (the dashboards'
+// $policy); policy_namespace and policy_name say the same apart, for routing
+// alerts by the policy's namespace. They are not "namespace": a scrape's own
+// namespace label (the operator's, set by the ServiceMonitor) would take that
+// name.
+var PolicyLabelNames = []string{"policy", "policy_namespace", "policy_name"}
+
+// PolicyLabels are the values of PolicyLabelNames for a policy.
+func PolicyLabels(namespace, name string) []string {
+	return []string{namespace + "/" + name, namespace, name}
+}
+
 // Operator metrics, served with controller-runtime's on the metrics endpoint.
-// The policy label is "<namespace>/<name>".
 var (
 	delaySeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_delay_seconds",
 		Help: "Hedge delay decided for the policy; 0 when hedging is off.",
-	}, []string{"policy"})
+	}, PolicyLabelNames)
 	estimateErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tailcut_estimate_errors_total",
 		Help: "Evaluations that could not derive a delay, by reason (the DelayDerived reason, or InvalidQuery).",
-	}, []string{"policy", "reason"})
+	}, append(slices.Clone(PolicyLabelNames), "reason"))
 	quantileSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_quantile_seconds",
 		Help: "The latency quantile tailcut last read for the policy (status.quantile); lower_bound is \"true\" while it lies above the delay in force, where hedging hides latency.",
-	}, []string{"policy", "lower_bound"})
+	}, append(slices.Clone(PolicyLabelNames), "lower_bound"))
 	hedgeRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_rate",
 		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%): the last reading, as in status.hedgeRate.",
-	}, []string{"policy"})
+	}, PolicyLabelNames)
 	samplerMemoryBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tailcut_sampler_memory_bytes",
 		Help: "Estimated size of the latency and hedge totals the sampler keeps for the policies of source Envoy; at most 64MiB, beyond which routes' totals are kept further apart (their policies' status.delayReason says so).",
@@ -54,42 +67,41 @@ func init() {
 	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate, samplerMemoryBytes)
 }
 
-func policyLabel(policy *tailcutv1alpha1.HedgePolicy) string {
-	return policy.Namespace + "/" + policy.Name
-}
-
 // record exports one evaluation. failed is the reason no delay could be
 // derived, empty when one was.
 func record(policy *tailcutv1alpha1.HedgePolicy, res Result, failed string) {
-	key := policyLabel(policy)
+	labels := PolicyLabels(policy.Namespace, policy.Name)
 	if failed != "" {
-		estimateErrors.WithLabelValues(key, failed).Inc()
+		estimateErrors.WithLabelValues(append(labels, failed)...).Inc()
 	}
 	if failed == tailcutv1alpha1.ReasonInvalidQuery {
-		delaySeconds.DeleteLabelValues(key)
-		hedgeRate.DeleteLabelValues(key)
-		quantileSeconds.DeletePartialMatch(prometheus.Labels{"policy": key})
+		forget(labels[0], false)
 		return
 	}
-	delaySeconds.WithLabelValues(key).Set(res.Delay.Seconds())
+	delaySeconds.WithLabelValues(labels...).Set(res.Delay.Seconds())
 	if q := res.Quantile; q != nil {
-		lower := strconv.FormatBool(q.LowerBound)
-		quantileSeconds.DeleteLabelValues(key, strconv.FormatBool(!q.LowerBound))
-		quantileSeconds.WithLabelValues(key, lower).Set(q.Value.Seconds())
+		quantileSeconds.DeleteLabelValues(append(labels, strconv.FormatBool(!q.LowerBound))...)
+		quantileSeconds.WithLabelValues(append(labels, strconv.FormatBool(q.LowerBound))...).Set(q.Value.Seconds())
 	}
 	// Like status, the gauges keep the last reading until a new one comes:
 	// an evaluation that reads nothing (right after a change) changes nothing.
 	if res.HedgeRate != nil {
-		hedgeRate.WithLabelValues(key).Set(res.HedgeRate.Percent / 100)
+		hedgeRate.WithLabelValues(labels...).Set(res.HedgeRate.Percent / 100)
 	}
 }
 
 // ForgetPolicy drops a deleted policy's series. The reconciler calls it when the
 // policy is gone.
 func ForgetPolicy(namespace, name string) {
-	key := namespace + "/" + name
-	delaySeconds.DeleteLabelValues(key)
-	hedgeRate.DeleteLabelValues(key)
-	quantileSeconds.DeletePartialMatch(prometheus.Labels{"policy": key})
-	estimateErrors.DeletePartialMatch(prometheus.Labels{"policy": key})
+	forget(PolicyLabels(namespace, name)[0], true)
+}
+
+func forget(policy string, errors bool) {
+	match := prometheus.Labels{"policy": policy}
+	delaySeconds.DeletePartialMatch(match)
+	hedgeRate.DeletePartialMatch(match)
+	quantileSeconds.DeletePartialMatch(match)
+	if errors {
+		estimateErrors.DeletePartialMatch(match)
+	}
 }

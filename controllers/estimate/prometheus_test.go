@@ -104,10 +104,10 @@ func (f *fakeProm) hedging(requests, retries float64) {
 	f.set(kAttempts, one(requests+retries))
 }
 
-func counterValue(t *testing.T, policy, reason string) float64 {
+func counterValue(t *testing.T, policy *tailcutv1alpha1.HedgePolicy, reason string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := estimateErrors.WithLabelValues(policy, reason).Write(&m); err != nil {
+	if err := estimateErrors.WithLabelValues(append(PolicyLabels(policy.Namespace, policy.Name), reason)...).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
@@ -201,7 +201,7 @@ func TestNoData(t *testing.T) {
 					tc.setup(f)
 					policy := testPolicy(append(append([]func(*tailcutv1alpha1.HedgePolicy){}, tc.policy...), pr.policy...)...)
 					est := newTestEstimator(t, f, tc.timeout)
-					before := counterValue(t, policyLabel(policy), tc.reason)
+					before := counterValue(t, policy, tc.reason)
 					res, err := est.Estimate(context.Background(), policy, now)
 					if err != nil {
 						t.Fatalf("metric outage returned an error: %v", err)
@@ -219,7 +219,7 @@ func TestNoData(t *testing.T) {
 					if res.Quantile != nil {
 						t.Errorf("an untrusted reading was reported as the quantile: %+v", res.Quantile)
 					}
-					if got := counterValue(t, policyLabel(policy), tc.reason); got != before+1 {
+					if got := counterValue(t, policy, tc.reason); got != before+1 {
 						t.Errorf("tailcut_estimate_errors_total{reason=%q} = %v, want %v", tc.reason, got, before+1)
 					}
 				})
@@ -748,7 +748,7 @@ func TestInvalidQuery(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProm(t)
 			policy := testPolicy(custom(tc.query))
-			before := counterValue(t, policyLabel(policy), tailcutv1alpha1.ReasonInvalidQuery)
+			before := counterValue(t, policy, tailcutv1alpha1.ReasonInvalidQuery)
 			_, err := newTestEstimator(t, f, 0).Estimate(context.Background(), policy, now)
 			var iq *InvalidQueryError
 			if !errors.As(err, &iq) {
@@ -760,7 +760,7 @@ func TestInvalidQuery(t *testing.T) {
 			if len(f.queries()) != 0 {
 				t.Errorf("an invalid query was sent: %q", f.queries())
 			}
-			if got := counterValue(t, policyLabel(policy), tailcutv1alpha1.ReasonInvalidQuery); got != before+1 {
+			if got := counterValue(t, policy, tailcutv1alpha1.ReasonInvalidQuery); got != before+1 {
 				t.Errorf("InvalidQuery not counted")
 			}
 		})
@@ -864,13 +864,13 @@ func TestMetrics(t *testing.T) {
 		prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour))
 	estimate(t, f, policy)
 	var m dto.Metric
-	if err := delaySeconds.WithLabelValues("shop/metrics").Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-fastTarget.Seconds()) > 1e-9 {
+	if err := delaySeconds.WithLabelValues(PolicyLabels("shop", "metrics")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-fastTarget.Seconds()) > 1e-9 {
 		t.Errorf("tailcut_hedge_delay_seconds = %v (%v), want %v", m.GetGauge().GetValue(), err, fastTarget.Seconds())
 	}
-	if err := hedgeRate.WithLabelValues("shop/metrics").Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.03) > 1e-9 {
+	if err := hedgeRate.WithLabelValues(PolicyLabels("shop", "metrics")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.03) > 1e-9 {
 		t.Errorf("tailcut_hedge_rate = %v (%v), want 0.03", m.GetGauge().GetValue(), err)
 	}
-	if err := quantileSeconds.WithLabelValues("shop/metrics", "false").Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.017) > 1e-9 {
+	if err := quantileSeconds.WithLabelValues(append(PolicyLabels("shop", "metrics"), "false")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.017) > 1e-9 {
 		t.Errorf("tailcut_hedge_quantile_seconds = %v (%v), want 0.017", m.GetGauge().GetValue(), err)
 	}
 	// An evaluation that reads nothing (within an interval of a change) keeps
@@ -898,10 +898,13 @@ func hasSeries(c prometheus.Collector, policy string) bool {
 		if err := m.Write(&d); err != nil {
 			continue
 		}
+		labels := map[string]string{}
 		for _, l := range d.GetLabel() {
-			if l.GetName() == "policy" && l.GetValue() == policy {
-				found = true
-			}
+			labels[l.GetName()] = l.GetValue()
+		}
+		// Every per-policy series names its policy whole and apart.
+		if labels["policy"] == policy && labels["policy_namespace"]+"/"+labels["policy_name"] == policy {
+			found = true
 		}
 	}
 	return found

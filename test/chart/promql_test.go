@@ -19,6 +19,7 @@ package chart
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -170,7 +171,7 @@ func TestPrometheusRuleAlerts(t *testing.T) {
 					}
 				}
 			}
-			want := []string{"TailcutOperatorDown", "TailcutXDSConfigRejected", "TailcutDelayDerivationFailing", "TailcutHedgeRateAboveBudget"}
+			want := []string{"TailcutOperatorDown", "TailcutXDSConfigRejected", "TailcutDelayDerivationFailing", "TailcutHedgeRateAboveBudget", "TailcutPolicyNotReady"}
 			if !slices.Contains(v.set, "proxy.enabled=false") {
 				want = append(want, "TailcutProxiesNotProgrammed")
 			}
@@ -192,6 +193,75 @@ func TestPrometheusRuleAlerts(t *testing.T) {
 				t.Errorf("promtool check rules:\n%s", out)
 			}
 		})
+	}
+}
+
+// The per-policy alerts, run by promtool over series as the operator exports
+// them for two policies in one namespace: each policy's hedge rate is held
+// against its own budget, and the alerts name the policy's namespace and
+// name, not the operator's namespace that the scrape adds.
+func TestPerPolicyAlertsUseEachPolicysBudget(t *testing.T) {
+	rules := byKind(render(t, valueSets[1]), "PrometheusRule")
+	if len(rules) != 1 {
+		t.Fatalf("the monitoring value set renders %d PrometheusRules", len(rules))
+	}
+	groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
+	b, err := yaml.Marshal(map[string]any{"groups": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The operator's ServiceMonitor adds namespace and service (the
+	// release's); a over its 5% budget is not alerted at 3%, b is over its 1%.
+	op := `namespace="` + valueSets[1].namespace() + `",service="tailcut",`
+	series := func(metric, policy, value string) map[string]any {
+		return map[string]any{"series": metric + `{` + op + `policy="shop/` + policy + `",policy_namespace="shop",policy_name="` + policy + `"}`, "values": value}
+	}
+	exprOf := func(alert string) string {
+		for _, g := range groups {
+			for _, r := range g.(map[string]any)["rules"].([]any) {
+				if rule := r.(map[string]any); rule["alert"] == alert {
+					return rule["expr"].(string)
+				}
+			}
+		}
+		t.Fatalf("no alert %s", alert)
+		return ""
+	}
+	tests := map[string]any{
+		"rule_files": []string{"rules.yaml"},
+		"tests": []any{map[string]any{
+			"interval": "1m",
+			"input_series": []any{
+				series("tailcut_hedge_rate", "a", "0.03x20"),
+				series("tailcut_policy_budget_ratio", "a", "0.05x20"),
+				series("tailcut_hedge_rate", "b", "0.03x20"),
+				series("tailcut_policy_budget_ratio", "b", "0.01x20"),
+				series("tailcut_policy_ready", "a", "1x20"),
+				series("tailcut_policy_ready", "b", "0x20"),
+			},
+			"promql_expr_test": []any{
+				map[string]any{"expr": exprOf("TailcutHedgeRateAboveBudget"), "eval_time": "15m",
+					"exp_samples": []any{map[string]any{"labels": `{policy_namespace="shop",policy_name="b"}`, "value": 0.03}}},
+				map[string]any{"expr": exprOf("TailcutPolicyNotReady"), "eval_time": "15m",
+					"exp_samples": []any{map[string]any{"labels": `{policy_namespace="shop",policy_name="b"}`, "value": 0}}},
+			},
+		}},
+	}
+	tb, err := yaml.Marshal(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), tb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tool(t, "promtool"), "test", "rules", "tests.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Errorf("promtool test rules: %v\n%s\ntests:\n%s", err, out, tb)
 	}
 }
 

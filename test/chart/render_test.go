@@ -94,7 +94,7 @@ var valueSets = []valueSet{
 			"operator.nodeSelector.kubernetes\\.io/os=linux", "proxy.tolerations[0].key=dedicated",
 			"proxy.tolerations[0].operator=Exists", "proxy.tolerations[0].effect=NoSchedule",
 			"rbac.aggregateToDefaultRoles=false", "serviceAccount.name=tailcut-operator",
-			"monitoring.labels.release=kube-prometheus-stack", "monitoring.rules.hedgeRateThreshold=0.1"},
+			"monitoring.labels.release=kube-prometheus-stack"},
 		kinds: map[string]int{"Deployment": 2, "ClusterRole": 2, "PodDisruptionBudget": 2, "ServiceMonitor": 2},
 	},
 	{
@@ -345,7 +345,7 @@ func TestHelmRejectsInvalidValues(t *testing.T) {
 	}{
 		{[]string{"demo.enabled=true", "proxy.enabled=false"}, "demo.enabled needs proxy.enabled"},
 		{[]string{"operator.replicass=2"}, "additional properties 'replicass' not allowed"},
-		{[]string{"monitoring.rules.hedgeRateThreshold=5"}, "hedgeRateThreshold"},
+		{[]string{"monitoring.rules.policyNotReadyFor=soon"}, "policyNotReadyFor"},
 		{[]string{"operator.prometheusURL=prometheus:9090"}, "prometheusURL"},
 	} {
 		args := []string{"template", "tailcut", repo("charts", "tailcut")}

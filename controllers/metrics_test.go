@@ -1,0 +1,68 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+)
+
+// Each policy's budget, Ready and Hedging reach the metrics as its status
+// says them, under its namespace and name, and leave with the policy.
+func TestPolicyMetricsFollowTheStatus(t *testing.T) {
+	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}
+	policy.Spec.Budget = tailcutv1alpha1.Budget{MaxExtraLoadPercent: 2}
+	status := &tailcutv1alpha1.HedgePolicyStatus{Conditions: []metav1.Condition{
+		{Type: tailcutv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: tailcutv1alpha1.ReasonReady},
+		{Type: tailcutv1alpha1.ConditionHedging, Status: metav1.ConditionFalse, Reason: tailcutv1alpha1.ReasonSuspended},
+	}}
+	recordPolicy(policy, status)
+	labels := []string{"shop/checkout", "shop", "checkout"}
+	for name, c := range map[string]struct {
+		got, want float64
+	}{
+		"budget":  {testutil.ToFloat64(policyBudget.WithLabelValues(labels...)), 0.02},
+		"ready":   {testutil.ToFloat64(policyReady.WithLabelValues(labels...)), 1},
+		"hedging": {testutil.ToFloat64(policyHedging.WithLabelValues(labels...)), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+	forgetPolicy("shop", "checkout")
+	for _, c := range []prometheus.Collector{policyBudget, policyReady, policyHedging} {
+		ch := make(chan prometheus.Metric, 100)
+		go func() { c.Collect(ch); close(ch) }()
+		for m := range ch {
+			var d dto.Metric
+			if err := m.Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range d.GetLabel() {
+				if l.GetName() == "policy" && l.GetValue() == "shop/checkout" {
+					t.Errorf("a series of shop/checkout is left after the policy was forgotten: %s", m.Desc())
+				}
+			}
+		}
+	}
+}
