@@ -17,12 +17,15 @@ limitations under the License.
 package controllers
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/plan"
 )
 
 // Each policy's budget and state, as the status the reconciler writes says
@@ -42,10 +45,18 @@ var (
 		Name: "tailcut_policy_hedging",
 		Help: "1 when the policy's Hedging condition is True (hedges are being sent), else 0; the condition's reason says why not.",
 	}, estimate.PolicyLabelNames)
+	policyProxies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tailcut_policy_proxies",
+		Help: "Proxies that should run the policy (state connected) and those that acknowledged its current version (state programmed), as status.proxies.",
+	}, append(slices.Clone(estimate.PolicyLabelNames), "state"))
+	policyInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tailcut_policy_info",
+		Help: "1 for each policy: its data plane (publish.target), the Envoy cluster of its hedged route on tailcut's proxy (cluster; empty on a mesh) and where its delay comes from now (source, status.delaySource).",
+	}, append(slices.Clone(estimate.PolicyLabelNames), "data_plane", "cluster", "source"))
 )
 
 func init() {
-	metrics.Registry.MustRegister(policyBudget, policyReady, policyHedging)
+	metrics.Registry.MustRegister(policyBudget, policyReady, policyHedging, policyProxies, policyInfo)
 }
 
 // recordPolicy exports the policy's budget and the Ready and Hedging
@@ -55,6 +66,20 @@ func recordPolicy(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.H
 	policyBudget.WithLabelValues(labels...).Set(float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent) / 100)
 	policyReady.WithLabelValues(labels...).Set(boolGauge(apimeta.IsStatusConditionTrue(status.Conditions, tailcutv1alpha1.ConditionReady)))
 	policyHedging.WithLabelValues(labels...).Set(boolGauge(apimeta.IsStatusConditionTrue(status.Conditions, tailcutv1alpha1.ConditionHedging)))
+	var connected, programmed float64
+	if p := status.Proxies; p != nil {
+		connected, programmed = float64(p.Connected), float64(p.Programmed)
+	}
+	policyProxies.WithLabelValues(append(labels, "connected")...).Set(connected)
+	policyProxies.WithLabelValues(append(labels, "programmed")...).Set(programmed)
+	target := policy.Spec.EffectivePublishTarget()
+	cluster := ""
+	if target == tailcutv1alpha1.PublishXDS {
+		cluster = plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
+	}
+	// One series per policy: the labels that change (source) replace it.
+	policyInfo.DeletePartialMatch(prometheus.Labels{"policy": labels[0]})
+	policyInfo.WithLabelValues(append(labels, string(target), cluster, string(status.DelaySource))...).Set(1)
 }
 
 // forgetPolicy drops a deleted policy's series, the estimator's too.
@@ -63,6 +88,9 @@ func forgetPolicy(namespace, name string) {
 	policyBudget.DeleteLabelValues(labels...)
 	policyReady.DeleteLabelValues(labels...)
 	policyHedging.DeleteLabelValues(labels...)
+	match := prometheus.Labels{"policy": labels[0]}
+	policyProxies.DeletePartialMatch(match)
+	policyInfo.DeletePartialMatch(match)
 	estimate.ForgetPolicy(namespace, name)
 }
 

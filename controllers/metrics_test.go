@@ -32,37 +32,59 @@ import (
 func TestPolicyMetricsFollowTheStatus(t *testing.T) {
 	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}
 	policy.Spec.Budget = tailcutv1alpha1.Budget{MaxExtraLoadPercent: 2}
-	status := &tailcutv1alpha1.HedgePolicyStatus{Conditions: []metav1.Condition{
-		{Type: tailcutv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: tailcutv1alpha1.ReasonReady},
-		{Type: tailcutv1alpha1.ConditionHedging, Status: metav1.ConditionFalse, Reason: tailcutv1alpha1.ReasonSuspended},
-	}}
+	policy.Spec.TargetRef = tailcutv1alpha1.TargetRef{Name: "checkout", Port: 8080}
+	status := &tailcutv1alpha1.HedgePolicyStatus{DelaySource: tailcutv1alpha1.DelaySourcePrometheus,
+		Proxies: &tailcutv1alpha1.ProxyCounts{Connected: 2, Programmed: 1}, Conditions: []metav1.Condition{
+			{Type: tailcutv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: tailcutv1alpha1.ReasonReady},
+			{Type: tailcutv1alpha1.ConditionHedging, Status: metav1.ConditionFalse, Reason: tailcutv1alpha1.ReasonSuspended},
+		}}
 	recordPolicy(policy, status)
 	labels := []string{"shop/checkout", "shop", "checkout"}
 	for name, c := range map[string]struct {
 		got, want float64
 	}{
-		"budget":  {testutil.ToFloat64(policyBudget.WithLabelValues(labels...)), 0.02},
-		"ready":   {testutil.ToFloat64(policyReady.WithLabelValues(labels...)), 1},
-		"hedging": {testutil.ToFloat64(policyHedging.WithLabelValues(labels...)), 0},
+		"budget":             {testutil.ToFloat64(policyBudget.WithLabelValues(labels...)), 0.02},
+		"ready":              {testutil.ToFloat64(policyReady.WithLabelValues(labels...)), 1},
+		"hedging":            {testutil.ToFloat64(policyHedging.WithLabelValues(labels...)), 0},
+		"connected proxies":  {testutil.ToFloat64(policyProxies.WithLabelValues(append(labels, "connected")...)), 2},
+		"programmed proxies": {testutil.ToFloat64(policyProxies.WithLabelValues(append(labels, "programmed")...)), 1},
+		"info":               {testutil.ToFloat64(policyInfo.WithLabelValues(append(labels, "XDS", "tailcut_shop_checkout_8080", "Prometheus")...)), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", name, c.got, c.want)
 		}
 	}
+	// A new source replaces the info series.
+	status.DelaySource = tailcutv1alpha1.DelaySourceLastKnown
+	recordPolicy(policy, status)
+	if n := seriesOf(t, policyInfo, "shop/checkout"); n != 1 {
+		t.Errorf("%d info series for one policy, want 1", n)
+	}
 	forgetPolicy("shop", "checkout")
-	for _, c := range []prometheus.Collector{policyBudget, policyReady, policyHedging} {
-		ch := make(chan prometheus.Metric, 100)
-		go func() { c.Collect(ch); close(ch) }()
-		for m := range ch {
-			var d dto.Metric
-			if err := m.Write(&d); err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range d.GetLabel() {
-				if l.GetName() == "policy" && l.GetValue() == "shop/checkout" {
-					t.Errorf("a series of shop/checkout is left after the policy was forgotten: %s", m.Desc())
-				}
+	for _, c := range []prometheus.Collector{policyBudget, policyReady, policyHedging, policyProxies, policyInfo} {
+		if n := seriesOf(t, c, "shop/checkout"); n != 0 {
+			t.Errorf("%d series of shop/checkout left after the policy was forgotten", n)
+		}
+	}
+}
+
+// seriesOf counts c's series of one policy (other tests' policies share the
+// collectors).
+func seriesOf(t *testing.T, c prometheus.Collector, policy string) int {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1000)
+	go func() { c.Collect(ch); close(ch) }()
+	n := 0
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "policy" && l.GetValue() == policy {
+				n++
 			}
 		}
 	}
+	return n
 }

@@ -51,8 +51,8 @@ var (
 	}, append(slices.Clone(PolicyLabelNames), "reason"))
 	quantileSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_quantile_seconds",
-		Help: "The latency quantile tailcut last read for the policy (status.quantile); lower_bound is \"true\" while it lies above the delay in force, where hedging hides latency.",
-	}, append(slices.Clone(PolicyLabelNames), "lower_bound"))
+		Help: "The latency quantile tailcut last read for the policy (status.quantile); quantile is which (0.95: the p95), lower_bound is \"true\" while it lies above the delay in force, where hedging hides latency.",
+	}, append(slices.Clone(PolicyLabelNames), "quantile", "lower_bound"))
 	hedgeRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_hedge_rate",
 		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%): the last reading, as in status.hedgeRate.",
@@ -80,8 +80,10 @@ func record(policy *tailcutv1alpha1.HedgePolicy, res Result, failed string) {
 	}
 	delaySeconds.WithLabelValues(labels...).Set(res.Delay.Seconds())
 	if q := res.Quantile; q != nil {
-		quantileSeconds.DeleteLabelValues(append(labels, strconv.FormatBool(!q.LowerBound))...)
-		quantileSeconds.WithLabelValues(append(labels, strconv.FormatBool(q.LowerBound))...).Set(q.Value.Seconds())
+		// One series per policy: a new quantile or bound replaces it.
+		quantileSeconds.DeletePartialMatch(prometheus.Labels{"policy": labels[0]})
+		quantile := strconv.FormatFloat(q.Quantile, 'g', -1, 64)
+		quantileSeconds.WithLabelValues(append(labels, quantile, strconv.FormatBool(q.LowerBound))...).Set(q.Value.Seconds())
 	}
 	// Like status, the gauges keep the last reading until a new one comes:
 	// an evaluation that reads nothing (right after a change) changes nothing.

@@ -870,7 +870,7 @@ func TestMetrics(t *testing.T) {
 	if err := hedgeRate.WithLabelValues(PolicyLabels("shop", "metrics")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.03) > 1e-9 {
 		t.Errorf("tailcut_hedge_rate = %v (%v), want 0.03", m.GetGauge().GetValue(), err)
 	}
-	if err := quantileSeconds.WithLabelValues(append(PolicyLabels("shop", "metrics"), "false")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.017) > 1e-9 {
+	if err := quantileSeconds.WithLabelValues(append(PolicyLabels("shop", "metrics"), "0.95", "false")...).Write(&m); err != nil || math.Abs(m.GetGauge().GetValue()-0.017) > 1e-9 {
 		t.Errorf("tailcut_hedge_quantile_seconds = %v (%v), want 0.017", m.GetGauge().GetValue(), err)
 	}
 	// An evaluation that reads nothing (within an interval of a change) keeps

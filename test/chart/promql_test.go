@@ -44,9 +44,6 @@ var grafanaSamples = map[string]string{
 	"datasource":      "prometheus",
 	"policy":          "demo/workload",
 	"cluster":         "tailcut_demo_workload_80",
-	"quantile":        "0.95",
-	"budget":          "0.05",
-	"namespace":       "demo",
 }
 
 // Every dashboard is valid JSON with a unique uid, each panel queries the

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,6 +140,7 @@ func render(ctx context.Context, api promv1.API, path string, values map[string]
 				}
 				pd.series = append(pd.series, series{
 					name:   legendName(tg.LegendFormat, s.Metric, expr, d.VariableNames(), values),
+					refID:  tg.RefID,
 					stream: s,
 				})
 			}
@@ -167,12 +169,23 @@ type board struct {
 }
 
 type panelLayout struct {
-	Title       string        `json:"title"`
-	Type        string        `json:"type"`
-	GridPos     gridPos       `json:"gridPos"`
-	FieldConfig fieldConfig   `json:"fieldConfig"`
-	Targets     []target      `json:"targets"`
-	Panels      []panelLayout `json:"panels"`
+	Title           string           `json:"title"`
+	Type            string           `json:"type"`
+	GridPos         gridPos          `json:"gridPos"`
+	FieldConfig     fieldConfig      `json:"fieldConfig"`
+	Targets         []target         `json:"targets"`
+	Panels          []panelLayout    `json:"panels"`
+	Transformations []transformation `json:"transformations"`
+}
+
+// transformation is a table panel's data transformation; the renderer reads
+// the column titles of "organize" (Grafana names a merged query's value
+// column "Value #<refId>").
+type transformation struct {
+	ID      string `json:"id"`
+	Options struct {
+		RenameByName map[string]string `json:"renameByName"`
+	} `json:"options"`
 }
 
 type gridPos struct {
@@ -188,6 +201,17 @@ type fieldConfig struct {
 		Min  *float64 `json:"min"`
 		Max  *float64 `json:"max"`
 	} `json:"defaults"`
+	// Overrides set a unit per column of a table (matcher byName).
+	Overrides []struct {
+		Matcher struct {
+			ID      string `json:"id"`
+			Options string `json:"options"`
+		} `json:"matcher"`
+		Properties []struct {
+			ID    string `json:"id"`
+			Value any    `json:"value"`
+		} `json:"properties"`
+	} `json:"overrides"`
 }
 
 type target struct {
@@ -199,6 +223,7 @@ type target struct {
 
 type series struct {
 	name   string
+	refID  string // the panel query it came from
 	stream *model.SampleStream
 }
 
@@ -378,6 +403,8 @@ func drawPanel(c draw.Canvas, p panelData, w Window) {
 		drawMessage(body, "No data", "", mutedColor)
 	case p.layout.Type == "stat" || p.layout.Type == "gauge" || p.layout.Type == "bargauge":
 		drawStat(body, p.series, unit, w)
+	case p.layout.Type == "table":
+		drawTable(body, p)
 	default:
 		drawTimeSeries(body, p, w)
 	}
@@ -743,4 +770,79 @@ func formatValue(unit string, v float64) string {
 		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	}
 	return s + sc.suffix
+}
+
+// drawTable draws a table panel as Grafana shows merged instant queries: one
+// row per policy (the series' policy label), one column per query, titled as
+// the panel's organize transformation renames "Value #<refId>". A query with
+// a legend shows its legend (a label's value) instead of a number.
+func drawTable(c draw.Canvas, p panelData) {
+	titles := map[string]string{}
+	for _, tr := range p.layout.Transformations {
+		for from, to := range tr.Options.RenameByName {
+			titles[from] = to
+		}
+	}
+	units := map[string]string{}
+	for _, o := range p.layout.FieldConfig.Overrides {
+		for _, prop := range o.Properties {
+			if o.Matcher.ID == "byName" && prop.ID == "unit" {
+				units[o.Matcher.Options], _ = prop.Value.(string)
+			}
+		}
+	}
+	header := []string{titles["policy"]}
+	if header[0] == "" {
+		header[0] = "policy"
+	}
+	var refs []string
+	legends := map[string]bool{}
+	for _, tg := range p.layout.Targets {
+		refs = append(refs, tg.RefID)
+		legends[tg.RefID] = tg.LegendFormat != ""
+		title := titles["Value #"+tg.RefID]
+		if title == "" {
+			title = tg.RefID
+		}
+		header = append(header, title)
+	}
+	cells := map[string]map[string]string{}
+	var rows []string
+	for _, s := range p.series {
+		row := string(s.stream.Metric["policy"])
+		if cells[row] == nil {
+			cells[row] = map[string]string{}
+			rows = append(rows, row)
+		}
+		text := s.name
+		if !legends[s.refID] {
+			text = "–"
+			if v, ok := lastValue(s.stream); ok {
+				text = formatValue(units[header[1+slices.Index(refs, s.refID)]], v)
+			}
+		}
+		cells[row][s.refID] = text
+	}
+	slices.Sort(rows)
+	colWidth := (c.Max.X - c.Min.X) / vg.Length(len(header))
+	lineHeight := px(18)
+	y := c.Max.Y - lineHeight
+	drawRow := func(values []string, style text.Style) {
+		for i, v := range values {
+			x := c.Min.X + vg.Length(i)*colWidth
+			c.FillText(style, vg.Point{X: x, Y: y}, fitText(style, v, colWidth-px(6)))
+		}
+		y -= lineHeight
+	}
+	drawRow(header, textStyle(px(12), mutedColor))
+	for _, row := range rows {
+		if y < c.Min.Y {
+			break
+		}
+		values := []string{row}
+		for _, ref := range refs {
+			values = append(values, cells[row][ref])
+		}
+		drawRow(values, textStyle(px(12), textColor))
+	}
 }

@@ -396,11 +396,8 @@ func checkDashboards(ctx context.Context, t *testing.T, prom promv1.API, s setti
 	t.Helper()
 	values := map[string]string{
 		"__rate_interval": "2m", "__interval": "30s", "__range": "15m", "datasource": "prometheus",
-		"policy":    s.namespace + "/" + policyName,
-		"cluster":   fmt.Sprintf("tailcut_%s_%s_80", s.namespace, policyName),
-		"quantile":  "0.95",
-		"budget":    "0.05",
-		"namespace": s.namespace,
+		"policy":  s.namespace + "/" + policyName,
+		"cluster": fmt.Sprintf("tailcut_%s_%s_80", s.namespace, policyName),
 	}
 	dir := filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards")
 	ran, failures, err := dashboards.CheckQueries(ctx, prom, dir, values)

@@ -261,7 +261,6 @@ func checkDashboards(ctx context.Context, t *testing.T, s *Stack) {
 	values := map[string]string{
 		"__rate_interval": "1m", "__interval": "30s", "__range": "1h", "datasource": "prometheus",
 		"policy": Namespace + "/" + PolicyName, "cluster": plan.ClusterName(Namespace, Service, Port),
-		"quantile": "0.95", "budget": "0.05", "namespace": Namespace,
 	}
 	dir := filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards")
 	ran, failures, err := dashboards.CheckQueries(ctx, prom, dir, values)

@@ -144,7 +144,6 @@ func renderDashboards(ctx context.Context, prometheusPort int, from time.Time, o
 	values := map[string]string{
 		"__rate_interval": "10s", "__interval": "5s", "__range": fmt.Sprintf("%ds", int(window.End.Sub(from).Seconds())), "datasource": "prometheus",
 		"policy": localstack.Namespace + "/" + localstack.PolicyName, "cluster": plan.ClusterName(localstack.Namespace, localstack.Service, localstack.Port),
-		"quantile": "0.95", "budget": "0.05", "namespace": localstack.Namespace,
 	}
 	rendered, err := dashboards.RenderAll(ctx, promv1.NewAPI(client), filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards"), values, window, out)
 	for _, r := range rendered {
