@@ -128,6 +128,13 @@ func staticBootstrapOf(t *testing.T, res *Resources) *bootstrapv3.Bootstrap {
 					t.Fatalf("listener %s refers to route configuration %q, which is not in the output", l.Name, hcm.GetRds().GetRouteConfigName())
 				}
 				hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
+				// The goldens name the module where tailcut's proxies have
+				// it; this Envoy loads the one built from the source.
+				for i, hf := range hcm.HttpFilters {
+					if hf.Name == HedgeBudgetFilter {
+						hcm.HttpFilters[i] = HedgeAccountModuleFilter(harness.HedgeAccountModule(t))
+					}
+				}
 				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
 			}
 		}
@@ -144,24 +151,6 @@ func staticBootstrapOf(t *testing.T, res *Resources) *bootstrapv3.Bootstrap {
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.EdsClusterConfig = nil
 		c.LoadAssignment = cla
-	}
-	// The goldens name the module where tailcut's proxies have it; this
-	// Envoy loads the one built from the source.
-	for _, l := range res.Listeners {
-		for _, fc := range l.FilterChains {
-			for _, f := range fc.Filters {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					t.Fatalf("listener %s: %v", l.Name, err)
-				}
-				for i, hf := range hcm.HttpFilters {
-					if hf.Name == HedgeBudgetFilter {
-						hcm.HttpFilters[i] = HedgeAccountModuleFilter(harness.HedgeAccountModule(t))
-					}
-				}
-				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
-			}
-		}
 	}
 	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: res.Listeners, Clusters: res.Clusters}}
 	if err := b.ValidateAll(); err != nil {
