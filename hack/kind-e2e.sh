@@ -226,6 +226,8 @@ diagnose() {
 		"$KUBECTL" logs -n "$NAMESPACE" "deploy/$RELEASE-proxy" --tail=50 || true
 		"$KUBECTL" logs -n "$NAMESPACE" "deploy/$RELEASE" --tail=100 || true
 		"$KUBECTL" get events -A --sort-by=.lastTimestamp | tail -40 || true
+		# What the demo's traffic got (verify logs its answers every 30s).
+		"$KUBECTL" logs -n "$NAMESPACE" "job/$RELEASE-warmup" --tail=10 || true
 		# Last, so that the part of a CI log that is kept shows why the
 		# policy did what it did.
 		"$KUBECTL" get hedgepolicies -n "$NAMESPACE" -o yaml || true

@@ -147,6 +147,7 @@ Flags:
 	fs.IntVar(&o.PostRate, "post-rate", 0, "POSTs per second on the hedged Host, which must never run twice (0: none).")
 	fs.DurationVar(&o.Duration, "duration", time.Minute, "The measured phase. A p99 needs 10,000 samples per arm, a p99.9 100,000.")
 	fs.DurationVar(&o.Settle, "settle", 0, "Both arms at --rate for this long first, not measured (errors and extra load still count).")
+	fs.DurationVar(&o.WaitReady, "wait-ready", 2*time.Minute, "First wait this long at most for every route to answer below 400 three times in a row, each on a new connection (0: send at once).")
 	fs.Float64Var(&o.Criteria.MaxP99Ratio, "max-p99-ratio", o.Criteria.MaxP99Ratio, "Pass when the hedged p99 is at most this times the unhedged p99.")
 	fs.Float64Var(&budget, "budget-percent", budget, "The extra-load budget in percent (default with --policy: its budget.maxExtraLoadPercent).")
 	fs.StringVar(&admins, "envoy-admin", "", "Comma-separated admin URLs of every proxy, e.g. http://127.0.0.1:9901: the extra load from their counters.")

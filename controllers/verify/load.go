@@ -83,11 +83,29 @@ type sample struct {
 }
 
 // attack runs every stream for settle+duration at once and returns each
-// stream's samples, in the order of their schedule.
-func attack(ctx context.Context, streams []stream, settle, duration time.Duration, lim Limits) map[string][]sample {
+// stream's samples, in the order of their schedule. logf, when not nil, gets
+// a progress line every progressEvery.
+func attack(ctx context.Context, streams []stream, settle, duration time.Duration, lim Limits, logf func(string, ...any)) map[string][]sample {
 	out := make(map[string][]sample, len(streams))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	prog := newProgress(streams)
+	if logf != nil {
+		start := time.Now()
+		ticker := time.NewTicker(progressEvery)
+		done := make(chan struct{})
+		defer func() { ticker.Stop(); close(done) }()
+		go func() {
+			for {
+				select {
+				case <-ticker.C:
+					logf("tailcut verify: %s: %s", time.Since(start).Round(time.Second), prog.line())
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
 	for _, st := range streams {
 		atk := vegeta.NewAttacker(
 			vegeta.Connections(lim.Connections),
@@ -112,13 +130,15 @@ func attack(ctx context.Context, streams []stream, settle, duration time.Duratio
 			for r := range results {
 				// vegeta's constant pacer sends hit n (from 0) at (n+1) intervals.
 				scheduled := time.Duration(r.Seq+1) * interval
-				samples = append(samples, sample{
+				s := sample{
 					scheduled: scheduled,
 					lag:       r.Timestamp.Sub(began) - scheduled,
 					latency:   r.Latency,
 					ok:        r.Error == "" && r.Code >= 200 && r.Code < 400,
 					err:       describe(r),
-				})
+				}
+				prog.add(st.name, s)
+				samples = append(samples, s)
 			}
 			// Answers arrive in the order they finish; the schedule is by seq.
 			sort.Slice(samples, func(i, j int) bool { return samples[i].scheduled < samples[j].scheduled })
@@ -246,7 +266,7 @@ func errorsOf(ss []sample) (int, map[string]int) {
 // Stream sends GETs of url at rate for duration, alone, and reports them as an
 // arm: what `make bench-loadgen` measures the generator with.
 func Stream(ctx context.Context, url string, rate int, duration time.Duration, lim Limits, lateAfter time.Duration) Arm {
-	samples := attack(ctx, []stream{{name: "load", rate: rate, targets: []vegetaTarget{get(url, nil)}}}, 0, duration, lim)
+	samples := attack(ctx, []stream{{name: "load", rate: rate, targets: []vegetaTarget{get(url, nil)}}}, 0, duration, lim, nil)
 	return armOf(samples["load"], rate, 0, duration, lateAfter)
 }
 

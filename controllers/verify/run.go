@@ -57,8 +57,12 @@ type Options struct {
 	// derived at a lower rate moves with the step to Rate. Its errors and
 	// extra load still count.
 	Settle, Duration time.Duration
-	Criteria         Criteria
-	Limits           Limits
+	// WaitReady bounds the wait, before anything is counted or measured, for
+	// every GET target to answer below 400 on new connections (waitReady);
+	// 0 sends at once.
+	WaitReady time.Duration
+	Criteria  Criteria
+	Limits    Limits
 	// BudgetPct is the policy's budget (nil: unknown, which fails the run).
 	BudgetPct *float64
 	// HedgedCluster and UnhedgedCluster name the proxy's clusters for the
@@ -107,8 +111,8 @@ func (o *Options) check() error {
 	if o.Rate <= 0 || o.PostRate < 0 {
 		errs = append(errs, fmt.Errorf("--rate %d, --post-rate %d: need a positive rate", o.Rate, o.PostRate))
 	}
-	if o.Duration <= 0 || o.Settle < 0 {
-		errs = append(errs, fmt.Errorf("--duration %s, --settle %s: need a positive duration", o.Duration, o.Settle))
+	if o.Duration <= 0 || o.Settle < 0 || o.WaitReady < 0 {
+		errs = append(errs, fmt.Errorf("--duration %s, --settle %s, --wait-ready %s: need a positive duration", o.Duration, o.Settle, o.WaitReady))
 	}
 	if o.Criteria.MaxP99Ratio <= 0 {
 		errs = append(errs, fmt.Errorf("--max-p99-ratio %g: need a positive ratio", o.Criteria.MaxP99Ratio))
@@ -117,6 +121,14 @@ func (o *Options) check() error {
 		errs = append(errs, errors.New("reading Envoy's counters needs the cluster names: give --policy or --cluster"))
 	}
 	return errors.Join(errs...)
+}
+
+// logfOrNil is logf when there is a log to write to.
+func (o *Options) logfOrNil() func(string, ...any) {
+	if o.Log == nil {
+		return nil
+	}
+	return o.logf
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -131,6 +143,12 @@ func (o *Options) logf(format string, args ...any) {
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.check(); err != nil {
 		return nil, err
+	}
+	streams := o.streams()
+	if o.WaitReady > 0 {
+		if err := waitReady(ctx, streams, o.WaitReady, o.logf); err != nil {
+			return nil, err
+		}
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	var envoy counterSource
@@ -161,9 +179,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		before[i] = c
 	}
 
-	streams := o.streams()
 	o.logf("tailcut verify: %d requests/s per arm (hedged, %s) for %s after %s of settling", o.Rate, o.Unhedged, o.Duration, o.Settle)
-	samples := attack(ctx, streams, o.Settle, o.Duration, o.Limits)
+	samples := attack(ctx, streams, o.Settle, o.Duration, o.Limits, o.logfOrNil())
 	end := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)

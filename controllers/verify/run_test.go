@@ -164,7 +164,7 @@ func TestALateGeneratorIsAnInvalidRun(t *testing.T) {
 func TestTheScheduleIsTheGenerators(t *testing.T) {
 	u := &upstream{}
 	proxy, _, _ := serve(t, u)
-	out := attack(context.Background(), []stream{{name: "slow", rate: 5, targets: []vegetaTarget{get(proxy+"/", nil)}}}, 0, 2*time.Second, DefaultLimits())
+	out := attack(context.Background(), []stream{{name: "slow", rate: 5, targets: []vegetaTarget{get(proxy+"/", nil)}}}, 0, 2*time.Second, DefaultLimits(), nil)
 	ss := out["slow"]
 	if len(ss) != 10 {
 		t.Fatalf("sent %d, want 10", len(ss))

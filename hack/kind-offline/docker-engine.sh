@@ -37,7 +37,9 @@ start_dockerd() {
 	ko_need docker docker.io
 	mkdir -p "$KO_CACHE"
 	ko_log "starting dockerd (log: $KO_CACHE/dockerd.log)"
-	nohup dockerd >"$KO_CACHE/dockerd.log" 2>&1 &
+	# Its own session: stopping a run by its process group (kill -- -PGID)
+	# must not take the engine, and the kept cluster, down with it.
+	setsid nohup dockerd >"$KO_CACHE/dockerd.log" 2>&1 &
 	local i
 	for ((i = 0; i < 60; i++)); do
 		docker info >/dev/null 2>&1 && return 0
