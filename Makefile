@@ -28,6 +28,11 @@ manifests: ## Generate the CRD and RBAC manifests (controller-gen) and copy them
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=true paths="./..." output:crd:artifacts:config=config/crd/bases
 	@$(MAKE) -s chart-crds
 
+.PHONY: api-docs
+api-docs: ## Write the API reference, docs/api.md, from the Go types in api/ (crd-ref-docs).
+	$$($(TOOLS) crd-ref-docs) --source-path=./api --config=hack/crd-ref-docs.yaml --renderer=markdown \
+		--log-level=ERROR --output-path=docs/api.md
+
 .PHONY: generate
 generate: ## Generate deepcopy code (controller-gen).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."

