@@ -90,6 +90,7 @@ func main() {
 		pushDebounce           time.Duration
 		retireAfter            time.Duration
 		metricsSecure          bool
+		metricsCertDir         string
 		istioOn                bool
 		xdsTLS                 xds.TLSFiles
 		kubeQPS                float64
@@ -117,6 +118,7 @@ func main() {
 	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the HTTPS metrics endpoint (the chart's <name>-metrics-tls Secret, whose ca.crt Prometheus checks); empty: a self-signed certificate generated at start.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients whose token may get /metrics (a TokenReview and a SubjectAccessReview per scrape); false: plain HTTP to anyone who reaches the port.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (status writes, mostly: about two per policy when they all start).")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server above --kube-api-qps.")
@@ -150,7 +152,7 @@ func main() {
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsOptions(metricsAddr, metricsSecure),
+		Metrics:                 metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
@@ -325,14 +327,19 @@ func podOwner(name string) *metav1.OwnerReference {
 	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: k8stypes.UID(uid)}
 }
 
-// The operator's metrics, the kubebuilder v4 way: HTTPS with a certificate
-// controller-runtime generates, and only for clients whose token may get the
-// /metrics URL (the chart's <name>-metrics-reader ClusterRole). Its RBAC
-// (TokenReviews, SubjectAccessReviews) is with the reconciler's.
-func metricsOptions(addr string, secure bool) metricsserver.Options {
+// The operator's metrics, the kubebuilder v4 way: HTTPS, and only for
+// clients whose token may get the /metrics URL (the chart's
+// <name>-metrics-reader ClusterRole). The certificate is certDir's (the
+// chart issues one whose CA Prometheus checks), or one controller-runtime
+// generates. Its RBAC (TokenReviews, SubjectAccessReviews) is with the
+// reconciler's.
+func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
 	o := metricsserver.Options{
 		BindAddress:   addr,
 		SecureServing: secure,
+		CertDir:       certDir,
+		CertName:      "tls.crt",
+		KeyName:       "tls.key",
 		// No HTTP/2 (CVE-2023-44487).
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}

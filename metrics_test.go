@@ -19,8 +19,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +37,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // TestMetricsNeedAnAllowedToken is #14's "metrics the kubebuilder v4 way"
 // against a real API server: the operator's metrics are HTTPS, refused
 // without a token (401) and to a token that may not get /metrics (403), and
-// served to one bound to the metrics-reader rule.
+// served to one bound to the metrics-reader rule. The certificate is the
+// --metrics-cert-dir's, as the chart issues it, and the client checks it
+// against the CA and the Service's name, as the chart's ServiceMonitor does.
 func TestMetricsNeedAnAllowedToken(t *testing.T) {
 	env, cfg, err := envtestutil.Start()
 	if err != nil {
@@ -53,7 +59,20 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := metricsserver.NewServer(metricsOptions("127.0.0.1:0", true), cfg, mgr.GetHTTPClient())
+	const serverName = "tailcut.tailcut-system.svc"
+	ca := harness.NewCA(t, "tailcut-metrics-ca")
+	certFile, keyFile := ca.Issue(t, "metrics", true, serverName)
+	certDir := t.TempDir()
+	for src, dst := range map[string]string{certFile: "tls.crt", keyFile: "tls.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(certDir, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := metricsserver.NewServer(metricsOptions("127.0.0.1:0", true, certDir), cfg, mgr.GetHTTPClient())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +117,9 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName}}}
 	get := func(scheme, bearer string) (int, string, error) {
 		req, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+"/metrics", nil)
 		if bearer != "" {

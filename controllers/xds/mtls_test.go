@@ -18,16 +18,9 @@ package xds
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -47,65 +40,10 @@ import (
 	"github.com/tailcut/tailcut/test/harness"
 )
 
-// testCA signs certificates for the mutual TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	dir  string
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{cert: cert, key: key, dir: t.TempDir()}
-	writePEM(t, filepath.Join(ca.dir, "ca.crt"), "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes <name>.crt and <name>.key, for a server (IP SAN 127.0.0.1)
-// or a client.
-func (ca *testCA) issue(t *testing.T, name string, server bool) TLSFiles {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := TLSFiles{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
-	writePEM(t, f.CertFile, "CERTIFICATE", der)
-	writePEM(t, f.KeyFile, "EC PRIVATE KEY", keyDER)
-	return f
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// issue is a certificate of ca as the xDS server's or a proxy's files.
+func issue(t *testing.T, ca *harness.CA, name string, server bool) TLSFiles {
+	cert, key := ca.Issue(t, name, server)
+	return TLSFiles{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
 }
 
 // TestXDSMutualTLS is #14's "mTLS for xDS" with a real Envoy: with the
@@ -116,9 +54,8 @@ func TestXDSMutualTLS(t *testing.T) {
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ca, other := newTestCA(t, "tailcut-ca"), newTestCA(t, "someone-else")
-	serverFiles := ca.issue(t, "server", true)
-	serverFiles.CAFile = filepath.Join(ca.dir, "ca.crt")
+	ca, other := harness.NewCA(t, "tailcut-ca"), harness.NewCA(t, "someone-else")
+	serverFiles := issue(t, ca, "server", true)
 	serverTLS, err := ServerTLS(serverFiles)
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +91,7 @@ func TestXDSMutualTLS(t *testing.T) {
 		startEnvoy(t, bin, path)
 		return admin
 	}
-	trusted := ca.issue(t, "envoy-trusted", false)
-	trusted.CAFile = filepath.Join(ca.dir, "ca.crt")
+	trusted := issue(t, ca, "envoy-trusted", false)
 	envoy("envoy-trusted", trusted, listenPort)
 	eventually(t, 60*time.Second, "the Envoy with a trusted certificate to ACK", func() (bool, string) {
 		st := srv.Status(key)
@@ -171,8 +107,8 @@ func TestXDSMutualTLS(t *testing.T) {
 
 	// Two more Envoys: no certificate, and one another CA signed. The listener
 	// port is taken by the first Envoy; these never get that far.
-	stranger := other.issue(t, "envoy-stranger", false)
-	stranger.CAFile = filepath.Join(ca.dir, "ca.crt")
+	stranger := issue(t, other, "envoy-stranger", false)
+	stranger.CAFile = ca.CAFile // it trusts the server; the server does not trust it
 	plainAdmin := envoy("envoy-plain", TLSFiles{}, listenPort)
 	strangerAdmin := envoy("envoy-stranger", stranger, listenPort)
 	time.Sleep(5 * time.Second) // several connection attempts each
@@ -196,7 +132,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	// status with it.
 	nack := func(files TLSFiles, whileOpen func()) error {
 		pool := x509.NewCertPool()
-		pool.AddCert(ca.cert)
+		pool.AddCert(ca.Cert)
 		conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 		if files.CertFile != "" {
 			pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
@@ -238,8 +174,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	if st := srv.Status(key); st.Connected != 1 || st.Programmed != 1 || st.Rejected != "" {
 		t.Errorf("after a NACK from a client with no certificate: %+v, want the trusted Envoy's status alone", st)
 	}
-	trustedClient := ca.issue(t, "trusted-client", false)
-	trustedClient.CAFile = filepath.Join(ca.dir, "ca.crt")
+	trustedClient := issue(t, ca, "trusted-client", false)
 	err = nack(trustedClient, func() {
 		eventually(t, 10*time.Second, "a trusted client's NACK to reach status", func() (bool, string) {
 			st := srv.Status(key)
@@ -254,9 +189,8 @@ func TestXDSMutualTLS(t *testing.T) {
 // TestTLSFilesRefusedClearly: a partial or unreadable TLS setting is an error
 // that names the problem, never a server or proxy silently on plaintext.
 func TestTLSFilesRefusedClearly(t *testing.T) {
-	ca := newTestCA(t, "ca")
-	f := ca.issue(t, "server", true)
-	f.CAFile = filepath.Join(ca.dir, "ca.crt")
+	ca := harness.NewCA(t, "ca")
+	f := issue(t, ca, "server", true)
 	for name, tc := range map[string]struct {
 		files TLSFiles
 		want  string
@@ -265,7 +199,7 @@ func TestTLSFilesRefusedClearly(t *testing.T) {
 		"no CA":          {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile}, "all three"},
 		"missing file":   {TLSFiles{CertFile: f.CertFile + ".gone", KeyFile: f.KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
 		"CA not PEM":     {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.KeyFile}, "holds no PEM certificate"},
-		"key not a pair": {TLSFiles{CertFile: f.CertFile, KeyFile: ca.issue(t, "other", true).KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
+		"key not a pair": {TLSFiles{CertFile: f.CertFile, KeyFile: issue(t, ca, "other", true).KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ServerTLS(tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -59,12 +59,14 @@ var valueSets = []valueSet{
 		kinds: map[string]int{"Deployment": 2, "Service": 3, "PodDisruptionBudget": 1, "ServiceAccount": 1,
 			"ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ConfigMap": 3,
 			"ServiceMonitor": 0, "PrometheusRule": 0, "StatefulSet": 0, "HedgePolicy": 0, "Job": 0, "Pod": 0,
-			"CustomResourceDefinition": 1, "Secret": 2},
+			"CustomResourceDefinition": 1, "Secret": 3},
 	},
 	{
 		name:       "monitoring",
 		monitoring: true,
-		kinds:      map[string]int{"Deployment": 2, "ServiceMonitor": 2, "PrometheusRule": 1, "ConfigMap": 3},
+		// The operator's scraper: a ServiceAccount, its token, its binding.
+		kinds: map[string]int{"Deployment": 2, "ServiceMonitor": 2, "PrometheusRule": 1, "ConfigMap": 3,
+			"ServiceAccount": 2, "ClusterRoleBinding": 2, "Secret": 4},
 	},
 	{
 		name:       "monitoring-off",
@@ -84,7 +86,7 @@ var valueSets = []valueSet{
 		set: []string{"demo.enabled=true", "operator.prometheusURL=http://prometheus-operated.monitoring:9090",
 			"image.repository=tailcut", "image.tag=e2e", "demo.workload.image.tag=e2e"},
 		kinds: map[string]int{"Deployment": 2, "StatefulSet": 1, "Service": 5, "HedgePolicy": 1, "Job": 1, "Pod": 1,
-			"ConfigMap": 3, "ServiceMonitor": 3, "PrometheusRule": 1, "ServiceAccount": 2, "Role": 2, "RoleBinding": 2},
+			"ConfigMap": 3, "ServiceMonitor": 3, "PrometheusRule": 1, "ServiceAccount": 3, "Role": 2, "RoleBinding": 2},
 	},
 	{
 		// High availability and scheduling knobs, without the optional roles.
@@ -239,6 +241,9 @@ func TestHelmValuesReachTheObjects(t *testing.T) {
 		}
 	}
 	for _, b := range byKind(ha, "ClusterRoleBinding") {
+		if b.GetName() == "tailcut-metrics-scraper" {
+			continue // the scraper's own ServiceAccount
+		}
 		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
 		if name := subjects[0].(map[string]any)["name"]; name != "tailcut-operator" {
 			t.Errorf("%s binds %v, want the ServiceAccount tailcut-operator", ref(b), name)
@@ -364,7 +369,7 @@ func TestHelmRejectsInvalidValues(t *testing.T) {
 func TestKustomizeBuild(t *testing.T) {
 	objs := kustomizeDefault(t, true)
 	for kind, want := range map[string]int{"Namespace": 1, "CustomResourceDefinition": 1, "Deployment": 1, "Service": 1,
-		"ServiceAccount": 1, "ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ServiceMonitor": 1} {
+		"ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "ServiceMonitor": 1, "Secret": 1} {
 		if got := len(byKind(objs, kind)); got != want {
 			t.Errorf("%d %s objects, want %d", got, kind, want)
 		}
@@ -636,7 +641,7 @@ func TestXDSTLSWiring(t *testing.T) {
 	})
 
 	t.Run("Secrets of the user's own", func(t *testing.T) {
-		objs := render(t, valueSet{name: "xds-tls", set: []string{"xdsTLS.serverSecret=my-xds-server", "xdsTLS.proxySecret=my-xds-proxy"}})
+		objs := render(t, valueSet{name: "xds-tls", set: []string{"xdsTLS.serverSecret=my-xds-server", "xdsTLS.proxySecret=my-xds-proxy", "operator.metricsTLS.secret=my-metrics-tls"}})
 		wired(t, objs, map[string]string{"tailcut": "my-xds-server", "tailcut-proxy": "my-xds-proxy"})
 		for _, o := range objs {
 			if o.GetKind() == "Secret" {

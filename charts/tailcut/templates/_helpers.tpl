@@ -71,6 +71,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
 {{/* The xDS TLS Secrets: the ones named in values, or the chart's own (xds-certs.yaml). */}}
+{{- define "tailcut.metricsTLSSecret" -}}
+{{- .Values.operator.metricsTLS.secret | default (printf "%s-metrics-tls" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "tailcut.metricsScraper" -}}
+{{- printf "%s-metrics-scraper" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "tailcut.xdsServerSecret" -}}
 {{- .Values.xdsTLS.serverSecret | default (printf "%s-xds-server" (include "tailcut.fullname" .) | trunc 63 | trimSuffix "-") }}
 {{- end }}
