@@ -124,8 +124,7 @@ func notReady(targets []vegetaTarget, inARow []int, last []string) string {
 }
 
 func bypassNote(t vegetaTarget) string {
-	// The streams' headers are literal maps: the key is as written.
-	if len(t.Header[BypassHeader]) > 0 || t.Header.Get(BypassHeader) != "" {
+	if t.Header.Get(BypassHeader) != "" {
 		return ", " + BypassHeader
 	}
 	return ""

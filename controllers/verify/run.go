@@ -233,7 +233,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // streams are the hedged arm, the unhedged arm and the POSTs.
 func (o *Options) streams() []stream {
 	host := map[string][]string{"Host": {o.Host}}
-	bypass := map[string][]string{"Host": {o.Host}, BypassHeader: {"1"}}
+	bypass := http.Header{"Host": {o.Host}}
+	bypass.Set(BypassHeader, "1")
 	out := []stream{{name: ArmHedged, rate: o.Rate, targets: []vegetaTarget{get(o.URL, host)}}}
 	switch o.Unhedged {
 	case ArmBypass:
