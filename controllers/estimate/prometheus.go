@@ -303,8 +303,7 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 	r.cdf, r.edge, r.samples = c, qs.edge, c.total()
 	if r.samples < float64(auto.MinSamples) {
 		if !sp.sinceChange || sp.delay == 0 {
-			r.fail = newNoData(tailcutv1alpha1.ReasonTooFewSamples, "%.0f requests in the last %s, fewer than minSamples %d",
-				r.samples, promDuration(sp.rng), auto.MinSamples)
+			r.fail = newNoData(tailcutv1alpha1.ReasonTooFewSamples, "%s", fewSamples(r.samples, sp.rng, auto.MinSamples))
 			return r
 		}
 		r.thin = fmt.Sprintf("only %.0f requests since the delay changed %s ago, fewer than minSamples %d",
