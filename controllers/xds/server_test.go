@@ -381,6 +381,81 @@ func TestStatusIsPerPolicy(t *testing.T) {
 	}
 }
 
+// A policy that takes over a Service port from a deleted one gets the same
+// clusters and endpoints (named after the Service port, not the policy): the
+// versions of those types come back, or never change when the push loop
+// folds the removal and the publish into one push, and the proxies have
+// nothing new of them to acknowledge. The new policy must count as
+// programmed once they run its routes. Found on kind: a policy created while
+// the demo's held the port, then the demo's deleted, stayed "Pending: 0 of 2
+// proxies run this policy" for as long as it was watched.
+func TestAPolicyThatTakesOverAServicePortIsProgrammed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *Server
+	}{
+		{"each change pushed", func(*testing.T) *Server {
+			s := NewServer(ServerOptions{Logger: logr.Discard()})
+			s.MarkSynced()
+			return s
+		}},
+		{"the removal and the publish in one push", startDebounced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			old := testPlans(t)[0]
+			s := tc.start(t)
+			cb := callbacks{s}
+			if err := cb.OnStreamOpen(ctx, 1, ""); err != nil {
+				t.Fatal(err)
+			}
+			nonce := 0
+			takeAll := func() {
+				for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
+					nonce++
+					n := strconv.Itoa(nonce)
+					cb.OnStreamResponse(ctx, 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, VersionInfo: servedVersion(s, typ), Nonce: n})
+					_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a"}, TypeUrl: typ, VersionInfo: servedVersion(s, typ), ResponseNonce: n})
+				}
+			}
+			if err := s.Publish(ctx, nil, old); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the old policy pushed", func() bool { return s.Status(keyOf(old)).Version != "" })
+			takeAll()
+			if st := s.Status(keyOf(old)); st.Programmed != 1 {
+				t.Fatalf("%s after every ACK: %+v", old.Name, st)
+			}
+			clusters := servedVersion(s, resourcev3.ClusterType)
+
+			successor := old.DeepCopy()
+			ns, _, _ := strings.Cut(old.Name, "/")
+			successor.Name = ns + "/successor"
+			if err := s.Remove(ctx, keyOf(old)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Publish(ctx, nil, successor); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the successor pushed", func() bool { return s.Status(keyOf(successor)).Version != "" })
+			if v := servedVersion(s, resourcev3.ClusterType); v != clusters {
+				t.Fatalf("the successor's clusters are version %s, the old policy's %s: the case needs identical clusters", v, clusters)
+			}
+			takeAll()
+			if st := s.Status(keyOf(successor)); st.Programmed != 1 || st.Serving != 1 {
+				t.Errorf("the successor once the proxy runs its routes: %+v, want programmed", st)
+			}
+		})
+	}
+}
+
+// servedVersion is the version of a type in the server's current snapshot.
+func servedVersion(s *Server, typ string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.versions[typ]
+}
+
 // TestEventsOnlyForChangedPolicies: every push or ACK sent an event for every
 // policy, so one policy's change woke the reconciles of all of them. Only the
 // policies whose status moved get one.

@@ -108,20 +108,24 @@ type typeVersion struct {
 	hashes  map[k8stypes.NamespacedName]string
 }
 
-// remember records which policy resources the new type versions hold.
-// Callers hold mu.
+// remember records which policy resources the new type versions hold. A
+// version is a hash of the resources, so the same version can come back with
+// other owners: a policy that takes over a Service port from a deleted one
+// gets the same clusters and endpoints, named after the port. The newest
+// record of a version says who owns it now. Callers hold mu.
 func (s *Server) remember(versions map[string]string, hashes map[k8stypes.NamespacedName]policyHash) {
 	if s.history == nil {
 		s.history = map[string][]typeVersion{}
 	}
 	for _, typ := range policyTypes {
-		h := s.history[typ]
-		if len(h) > 0 && h[len(h)-1].version == versions[typ] {
-			continue
-		}
 		tv := typeVersion{version: versions[typ], hashes: map[k8stypes.NamespacedName]string{}}
 		for key, ph := range hashes {
 			tv.hashes[key] = ph.byType[typ]
+		}
+		h := s.history[typ]
+		if len(h) > 0 && h[len(h)-1].version == versions[typ] {
+			h[len(h)-1] = tv
+			continue
 		}
 		h = append(h, tv)
 		if len(h) > historyLength {
@@ -131,12 +135,14 @@ func (s *Server) remember(versions map[string]string, hashes map[k8stypes.Namesp
 	}
 }
 
-// hashIn is the policy's resources' hash in a version of a type, "" when the
-// version is unknown or did not hold the policy. Callers hold mu.
+// hashIn is the policy's resources' hash in a version of a type, by its
+// newest record, "" when the version is unknown or did not hold the policy.
+// Callers hold mu.
 func (s *Server) hashIn(typ, version string, key k8stypes.NamespacedName) string {
-	for _, tv := range s.history[typ] {
-		if tv.version == version {
-			return tv.hashes[key]
+	h := s.history[typ]
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].version == version {
+			return h[i].hashes[key]
 		}
 	}
 	return ""
