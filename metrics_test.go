@@ -29,6 +29,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,14 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The API server's RBAC authorizer learns of the binding from its own
+	// informer, a moment after the create returns; the metrics filter asks
+	// that authorizer (a SubjectAccessReview). Asking it the same question
+	// here waits for exactly that, and no longer: checked at once, a reader
+	// got 403 in CI once the server, with its certificate given, started
+	// sooner than the binding was seen.
+	eventuallyAllowed(ctx, t, cs, "system:serviceaccount:default:prometheus", "/metrics")
+
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName}}}
@@ -160,5 +169,26 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 		t.Error("metrics answered over plain HTTP")
 	} else {
 		t.Logf("plain HTTP refused: %d %v", code, err)
+	}
+}
+
+// eventuallyAllowed waits until the API server's authorizer allows user to
+// get path, or fails the test after 30s.
+func eventuallyAllowed(ctx context.Context, t *testing.T, cs kubernetes.Interface, user, path string) {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:                  user,
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
+	}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err == nil && got.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may not get %s 30s after the binding: %v %+v", user, path, err, got)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
