@@ -51,8 +51,8 @@ var (
 	}, append(slices.Clone(estimate.PolicyLabelNames), "state"))
 	policyInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tailcut_policy_info",
-		Help: "1 for each policy: its data plane (publish.target), the Envoy cluster of its hedged route on tailcut's proxy (cluster; empty on a mesh) and where its delay comes from now (source, status.delaySource).",
-	}, append(slices.Clone(estimate.PolicyLabelNames), "data_plane", "cluster", "source"))
+		Help: "1 for each policy: its data plane (publish.target), the Envoy cluster of its hedged route on tailcut's proxy (cluster; empty on a mesh), how the names of its routes' stats begin on a mesh's sidecars (mesh_routes; empty on tailcut's proxy) and where its delay comes from now (source, status.delaySource).",
+	}, append(slices.Clone(estimate.PolicyLabelNames), "data_plane", "cluster", "mesh_routes", "source"))
 )
 
 func init() {
@@ -73,13 +73,17 @@ func recordPolicy(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.H
 	policyProxies.WithLabelValues(append(labels, "connected")...).Set(connected)
 	policyProxies.WithLabelValues(append(labels, "programmed")...).Set(programmed)
 	target := policy.Spec.EffectivePublishTarget()
-	cluster := ""
-	if target == tailcutv1alpha1.PublishXDS {
-		cluster = plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
+	ns, svc, port := policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port
+	cluster, meshRoutes := "", ""
+	switch target {
+	case tailcutv1alpha1.PublishXDS:
+		cluster = plan.ClusterName(ns, svc, port)
+	case tailcutv1alpha1.PublishIstio:
+		meshRoutes = plan.MeshRoutesMetricPrefix(plan.MeshVirtualHost(ns, svc, port))
 	}
 	// One series per policy: the labels that change (source) replace it.
 	policyInfo.DeletePartialMatch(prometheus.Labels{"policy": labels[0]})
-	policyInfo.WithLabelValues(append(labels, string(target), cluster, string(status.DelaySource))...).Set(1)
+	policyInfo.WithLabelValues(append(labels, string(target), cluster, meshRoutes, string(status.DelaySource))...).Set(1)
 }
 
 // forgetPolicy drops a deleted policy's series, the estimator's too.

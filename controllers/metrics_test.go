@@ -48,7 +48,7 @@ func TestPolicyMetricsFollowTheStatus(t *testing.T) {
 		"hedging":            {testutil.ToFloat64(policyHedging.WithLabelValues(labels...)), 0},
 		"connected proxies":  {testutil.ToFloat64(policyProxies.WithLabelValues(append(labels, "connected")...)), 2},
 		"programmed proxies": {testutil.ToFloat64(policyProxies.WithLabelValues(append(labels, "programmed")...)), 1},
-		"info":               {testutil.ToFloat64(policyInfo.WithLabelValues(append(labels, "XDS", "tailcut_shop_checkout_8080", "Prometheus")...)), 1},
+		"info":               {testutil.ToFloat64(policyInfo.WithLabelValues(append(labels, "XDS", "tailcut_shop_checkout_8080", "", "Prometheus")...)), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", name, c.got, c.want)
@@ -65,6 +65,25 @@ func TestPolicyMetricsFollowTheStatus(t *testing.T) {
 		if n := seriesOf(t, c, "shop/checkout"); n != 0 {
 			t.Errorf("%d series of shop/checkout left after the policy was forgotten", n)
 		}
+	}
+}
+
+// A mesh policy's info series says how its routes' stats are named in the
+// sidecars (the dashboards read its mesh_routes), and names no cluster of
+// tailcut's proxy.
+func TestMeshPolicyInfoNamesItsRouteStats(t *testing.T) {
+	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "backend-hedge"}}
+	policy.Spec.TargetRef = tailcutv1alpha1.TargetRef{Name: "backend", Port: 8080}
+	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
+	recordPolicy(policy, &tailcutv1alpha1.HedgePolicyStatus{DelaySource: tailcutv1alpha1.DelaySourceFallback})
+	defer forgetPolicy("demo", "backend-hedge")
+	// The name istiod's sidecars give the vhost backend.demo.svc.cluster.local:8080
+	// route stats, spelled out by hand (controllers/istio's istiod test reads
+	// the real ones through the dashboards).
+	got := testutil.ToFloat64(policyInfo.WithLabelValues("demo/backend-hedge", "demo", "backend-hedge", "Istio", "",
+		"envoy_vhost_backend_demo_svc_cluster_local_8080_route_", "Fallback"))
+	if got != 1 || seriesOf(t, policyInfo, "demo/backend-hedge") != 1 {
+		t.Errorf("want one info series with mesh_routes envoy_vhost_backend_demo_svc_cluster_local_8080_route_")
 	}
 }
 

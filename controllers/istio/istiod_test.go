@@ -583,6 +583,10 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		t.Errorf("want %s, then %s, then the hedged routes; got %s", BypassRouteName(rp.Name), UnhedgedRouteName, compact(after))
 	}
 
+	// A real Prometheus scrapes the sidecar from here on, for the
+	// dashboards (checkMeshDashboards).
+	prom := harness.StartPrometheus(t, "/stats/prometheus", admin, operatorSeries(t))
+
 	p99, att, _ := measure("hedged", http.MethodGet, 100)
 	hedges := att["fast GET/2"] + att["slow GET/2"]
 	if p99 > 120*time.Millisecond || p99 > baseP99/2 {
@@ -655,6 +659,10 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 				c.prefix, c.answered, c.sent, c.hedged, w.answered, w.sent, w.hedged)
 		}
 	}
+
+	// The chart's dashboards show the policy from the sidecar's metrics
+	// (#24): every panel that reads the data plane.
+	checkMeshDashboards(t, prom, listenPort, host, port, slow, fast)
 
 	// The hedge account. istiod puts the policy's Lua filter before the
 	// router of the Service's outbound listener. Upstream Envoy cannot take

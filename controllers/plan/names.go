@@ -77,7 +77,21 @@ func MeshVirtualHost(namespace, service string, port int32) string {
 // in the name, and Envoy's Prometheus output turns every character outside
 // [a-zA-Z0-9_] into "_".
 func MeshRouteMetric(vhost, prefix, stat string) string {
-	name := []byte("envoy_vhost." + vhost + ".route." + prefix + "." + stat)
+	return MeshRoutesMetricPrefix(vhost) + promName(prefix+"."+stat)
+}
+
+// MeshRoutesMetricPrefix is how the name of every route stat in virtual host
+// vhost begins: MeshRouteMetric is it, then <stat prefix>_<stat>. The
+// operator exports it per mesh policy (tailcut_policy_info's mesh_routes), and
+// the dashboards build the routes' metric names from it.
+func MeshRoutesMetricPrefix(vhost string) string {
+	return promName("envoy_vhost." + vhost + ".route.")
+}
+
+// promName is s as Envoy's Prometheus output spells a stat name: every
+// character outside [a-zA-Z0-9_] becomes "_".
+func promName(s string) string {
+	name := []byte(s)
 	for i, c := range name {
 		if !promNameChar(c) {
 			name[i] = '_'

@@ -30,6 +30,14 @@ func TestClusterNames(t *testing.T) {
 	if got := BypassClusterName("shop", "web-api", 8080); got != "tailcut_shop_web-api_8080_bypass" {
 		t.Errorf("BypassClusterName = %q", got)
 	}
+	// On a mesh: the sidecars' names for the stats of a route with a
+	// stat_prefix (the dashboards and tailcut_policy_info's mesh_routes).
+	if got := MeshRoutesMetricPrefix(MeshVirtualHost("shop", "web-api", 8080)); got != "envoy_vhost_web_api_shop_svc_cluster_local_8080_route_" {
+		t.Errorf("MeshRoutesMetricPrefix = %q", got)
+	}
+	if got := MeshRouteMetric(MeshVirtualHost("shop", "web-api", 8080), MeshHedgedStatPrefix, "upstream_rq_total"); got != "envoy_vhost_web_api_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_total" {
+		t.Errorf("MeshRouteMetric = %q", got)
+	}
 	// Envoy's default tag extractor takes the cluster name up to the first dot.
 	if strings.ContainsAny(ClusterName("a", "b", 1), ".|:") {
 		t.Error("cluster names must not contain '.', '|' or ':'")

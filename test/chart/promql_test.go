@@ -44,6 +44,7 @@ var grafanaSamples = map[string]string{
 	"datasource":      "prometheus",
 	"policy":          "demo/workload",
 	"cluster":         "tailcut_demo_workload_80",
+	"mesh_routes":     "envoy_vhost_workload_demo_svc_cluster_local_80_route_",
 }
 
 // Every dashboard is valid JSON with a unique uid, each panel queries the

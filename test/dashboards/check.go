@@ -36,6 +36,12 @@ func MayBeEmpty(expr string) bool {
 // now, with values for Grafana's variables, and returns how many ran and one
 // line per query that failed or, while traffic flows, returned no data.
 func CheckQueries(ctx context.Context, api promv1.API, dir string, values map[string]string) (int, []string, error) {
+	return CheckQueriesWhere(ctx, api, dir, values, func(Query) bool { return true })
+}
+
+// CheckQueriesWhere is CheckQueries for the queries keep selects: a stack
+// that runs one data plane checks the queries that read it.
+func CheckQueriesWhere(ctx context.Context, api promv1.API, dir string, values map[string]string, keep func(Query) bool) (int, []string, error) {
 	ds, err := Load(dir)
 	if err != nil {
 		return 0, nil, err
@@ -48,6 +54,9 @@ func CheckQueries(ctx context.Context, api promv1.API, dir string, values map[st
 			return ran, failures, err
 		}
 		for _, q := range qs {
+			if !keep(q) {
+				continue
+			}
 			expr, problems := Substitute(q.Expr, d.VariableNames(), values)
 			if len(problems) > 0 {
 				failures = append(failures, fmt.Sprintf("%s: %s: %v", q.Dashboard, q.Where, problems))
@@ -65,4 +74,43 @@ func CheckQueries(ctx context.Context, api promv1.API, dir string, values map[st
 		}
 	}
 	return ran, failures, nil
+}
+
+// PanelValue runs query refID of the panel titled title in the dashboard file
+// (a file name in dir) as an instant query now, with values for Grafana's
+// variables, and returns its single value and the query it ran.
+func PanelValue(ctx context.Context, api promv1.API, dir, file, title, refID string, values map[string]string) (float64, string, error) {
+	ds, err := Load(dir)
+	if err != nil {
+		return 0, "", err
+	}
+	for _, d := range ds {
+		if d.File != file {
+			continue
+		}
+		qs, err := d.Queries()
+		if err != nil {
+			return 0, "", err
+		}
+		for _, q := range qs {
+			if q.Panel == nil || q.Panel.Title != title || q.Where != "panel "+title+" query "+refID {
+				continue
+			}
+			expr, problems := Substitute(q.Expr, d.VariableNames(), values)
+			if len(problems) > 0 {
+				return 0, expr, fmt.Errorf("%s: %s: %v", file, q.Where, problems)
+			}
+			v, _, err := api.Query(ctx, expr, time.Now())
+			if err != nil {
+				return 0, expr, err
+			}
+			vec, ok := v.(model.Vector)
+			if !ok || len(vec) != 1 {
+				return 0, expr, fmt.Errorf("%s: %s returned %v, want one sample", file, q.Where, v)
+			}
+			return float64(vec[0].Value), expr, nil
+		}
+		return 0, "", fmt.Errorf("%s has no panel %q with query %s", file, title, refID)
+	}
+	return 0, "", fmt.Errorf("no dashboard %s in %s", file, dir)
 }

@@ -233,7 +233,7 @@ func TestRenderAllChartDashboards(t *testing.T) {
 		return model.Matrix{wave(0.03, model.Metric{"policy": "demo/workload", "pod": "tailcut-0"}), wave(0.01, model.Metric{"policy": "demo/other", "pod": "tailcut-1"})}, nil
 	}}
 	values := map[string]string{"__rate_interval": "15s", "__interval": "5s", "__range": "5m", "datasource": "prometheus",
-		"policy": "demo/workload", "cluster": "tailcut_demo_workload_80"}
+		"policy": "demo/workload", "cluster": "tailcut_demo_workload_80", "mesh_routes": ""}
 	outDir := t.TempDir()
 	if keep := os.Getenv("DASHBOARD_RENDER_DIR"); keep != "" {
 		outDir = keep

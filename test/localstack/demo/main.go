@@ -144,6 +144,7 @@ func renderDashboards(ctx context.Context, prometheusPort int, from time.Time, o
 	values := map[string]string{
 		"__rate_interval": "10s", "__interval": "5s", "__range": fmt.Sprintf("%ds", int(window.End.Sub(from).Seconds())), "datasource": "prometheus",
 		"policy": localstack.Namespace + "/" + localstack.PolicyName, "cluster": plan.ClusterName(localstack.Namespace, localstack.Service, localstack.Port),
+		"mesh_routes": "", // a policy on tailcut's proxy: the variable has no value
 	}
 	rendered, err := dashboards.RenderAll(ctx, promv1.NewAPI(client), filepath.Join(envtestutil.RepoRoot(), "charts", "tailcut", "dashboards"), values, window, out)
 	for _, r := range rendered {
