@@ -108,6 +108,7 @@ RATE ?= 150
 SCALE_POLICIES ?= 1000
 SCALE_NAMESPACES ?= 100
 LOADGEN_RATES ?= 150,1000,5000
+PROXY_RATES ?= 500,2000,5000
 
 .PHONY: demo
 demo: ## Run the local stack and print the hedged vs bypass tail (DURATION=60s SCENARIO=bimodal4 RATE=150).
@@ -128,6 +129,10 @@ bench-tail: ## Benchmark: every scenario with the automatic delay and a static-d
 .PHONY: bench-loadgen
 bench-loadgen: ## Benchmark: tailcut verify's generator against a no-op server at 150, 1,000 and 5,000/s (rate, send lag, CPU); writes its section of docs/benchmarks.md.
 	$(GO) run ./test/localstack/loadgenbench -rates=$(LOADGEN_RATES)
+
+.PHONY: bench-proxy
+bench-proxy: ## Benchmark: Envoy's CPU and added latency with and without the hedge account, at 500, 2,000 and 5,000/s on 1 and 2 workers; writes its section of docs/benchmarks.md.
+	@$(TOOL_ENV); $(GO) run ./test/localstack/proxybench -rates=$(PROXY_RATES)
 
 .PHONY: bench-scale
 bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and Envoy; writes its section of docs/benchmarks.md.

@@ -263,10 +263,11 @@ func errorsOf(ss []sample) (int, map[string]int) {
 	return n, kinds
 }
 
-// Stream sends GETs of url at rate for duration, alone, and reports them as an
-// arm: what `make bench-loadgen` measures the generator with.
-func Stream(ctx context.Context, url string, rate int, duration time.Duration, lim Limits, lateAfter time.Duration) Arm {
-	samples := attack(ctx, []stream{{name: "load", rate: rate, targets: []vegetaTarget{get(url, nil)}}}, 0, duration, lim, nil)
+// Stream sends GETs of url, with header, at rate for duration, alone, and
+// reports them as an arm: what `make bench-loadgen` measures the generator
+// with, and `make bench-proxy` the proxy.
+func Stream(ctx context.Context, url string, header http.Header, rate int, duration time.Duration, lim Limits, lateAfter time.Duration) Arm {
+	samples := attack(ctx, []stream{{name: "load", rate: rate, targets: []vegetaTarget{get(url, header)}}}, 0, duration, lim, nil)
 	return armOf(samples["load"], rate, 0, duration, lateAfter)
 }
 

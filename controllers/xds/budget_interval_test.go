@@ -25,8 +25,6 @@ import (
 	"testing"
 	"time"
 
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -85,25 +83,11 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 			c.CircuitBreakers.Thresholds[0].RetryBudget.BudgetInterval = durationpb.New(interval)
 		}
 	}
-	for _, l := range res.Listeners {
-		for _, fc := range l.FilterChains {
-			for _, f := range fc.Filters {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					t.Fatal(err)
-				}
-				kept := hcm.HttpFilters[:0]
-				for _, hf := range hcm.HttpFilters {
-					if hf.Name != HedgeBudgetFilter {
-						kept = append(kept, hf)
-					}
-				}
-				hcm.HttpFilters = kept
-				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
-			}
-		}
+	static, err := StaticBootstrap(res, StaticOptions{WithoutAccount: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	b, err := MessageYAML(staticBootstrapOf(t, res))
+	b, err := MessageYAML(static)
 	if err != nil {
 		t.Fatal(err)
 	}

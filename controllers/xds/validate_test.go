@@ -31,7 +31,6 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
@@ -106,55 +105,13 @@ func staticBootstrap(t *testing.T, name string) *bootstrapv3.Bootstrap {
 	})
 }
 
-// staticBootstrapOf turns translated resources into a bootstrap Envoy can
-// load without a control plane: the route configuration inline in the
-// listener, and each EDS cluster a STATIC cluster carrying its load
-// assignment. It changes res.
+// staticBootstrapOf is StaticBootstrap with the hedge account module built
+// from the source.
 func staticBootstrapOf(t *testing.T, res *Resources) *bootstrapv3.Bootstrap {
 	t.Helper()
-	routeByName := map[string]*routev3.RouteConfiguration{}
-	for _, r := range res.Routes {
-		routeByName[r.Name] = r
-	}
-	for _, l := range res.Listeners {
-		for _, fc := range l.FilterChains {
-			for _, f := range fc.Filters {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					t.Fatalf("listener %s: %v", l.Name, err)
-				}
-				rc := routeByName[hcm.GetRds().GetRouteConfigName()]
-				if rc == nil {
-					t.Fatalf("listener %s refers to route configuration %q, which is not in the output", l.Name, hcm.GetRds().GetRouteConfigName())
-				}
-				hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
-				// The goldens name the module where tailcut's proxies have
-				// it; this Envoy loads the one built from the source.
-				for i, hf := range hcm.HttpFilters {
-					if hf.Name == HedgeBudgetFilter {
-						hcm.HttpFilters[i] = HedgeAccountModuleFilter(harness.HedgeAccountModule(t))
-					}
-				}
-				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&hcm)}
-			}
-		}
-	}
-	claByName := map[string]*endpointv3.ClusterLoadAssignment{}
-	for _, e := range res.Endpoints {
-		claByName[e.ClusterName] = e
-	}
-	for _, c := range res.Clusters {
-		cla := claByName[c.GetEdsClusterConfig().GetServiceName()]
-		if cla == nil {
-			t.Fatalf("cluster %s has no load assignment in the output", c.Name)
-		}
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-		c.EdsClusterConfig = nil
-		c.LoadAssignment = cla
-	}
-	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: res.Listeners, Clusters: res.Clusters}}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("static bootstrap: %v", err)
+	b, err := StaticBootstrap(res, StaticOptions{AccountModule: harness.HedgeAccountModule(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return b
 }

@@ -126,7 +126,7 @@ func run() error {
 		}
 		before := cpuTime()
 		start := time.Now()
-		arm := verify.Stream(ctx, url, rate, *duration, verify.DefaultLimits(), criteria.LateAfter)
+		arm := verify.Stream(ctx, url, nil, rate, *duration, verify.DefaultLimits(), criteria.LateAfter)
 		res := result{rate: rate, arm: arm, cpu: cpuTime() - before, took: time.Since(start)}
 		if ctx.Err() != nil {
 			return ctx.Err()
