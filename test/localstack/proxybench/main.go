@@ -62,7 +62,7 @@ func run() error {
 	if o.Dir, err = os.MkdirTemp("", "tailcut-bench-proxy-"); err != nil {
 		return err
 	}
-	defer os.RemoveAll(o.Dir)
+	defer func() { _ = os.RemoveAll(o.Dir) }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	runs, err := localstack.RunProxyCost(ctx, o)
