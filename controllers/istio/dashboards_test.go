@@ -145,9 +145,14 @@ func checkMeshDashboards(t *testing.T, prom string, listenPort int, host string,
 	counted := float64(hedges) / float64(max(firsts, 1))
 	t.Logf("mesh dashboards: %d queries answered; %d hedged GETs and %d bypass GETs sent; tail panel: bypass p99 %.0f ms, hedged p99 %.0f ms; extra load %.3f (the replicas counted %d hedges for %d hedged GETs: %.3f)",
 		ran, sent, bypassed, bypassP99, hedgedP99, extra, hedges, firsts, counted)
-	// Envoy's histogram buckets around 200 ms are (100, 250] and around 20 ms (10, 25], (25, 50].
-	if bypassP99 < 100 || hedgedP99 > 50 {
-		t.Errorf("tail panel: bypass p99 %.0f ms, hedged p99 %.0f ms; want the slow replica's 200 ms on the bypass (over 100) and the 20 ms delay's answer on the hedged route (50 or less)", bypassP99, hedgedP99)
+	// Envoy's buckets around 200 ms are (100, 250], and a hedged request
+	// answered at the delay plus a fast answer (25 ms) falls in (10, 25] or
+	// (25, 50], where histogram_quantile puts the p99 near 50 (49 and 50 ms
+	// in two runs): the bucket edge is no bound. Under 100 ms (the next edge,
+	// half the slow replica's 200 ms) says the slow replica's answers are
+	// not in the hedged p99.
+	if bypassP99 < 100 || hedgedP99 >= 100 {
+		t.Errorf("tail panel: bypass p99 %.0f ms, hedged p99 %.0f ms; want the slow replica's 200 ms on the bypass (over 100) and the 20 ms delay's answer on the hedged route (under 100)", bypassP99, hedgedP99)
 	}
 	// The panel reads the last 20 s of a steady run, the replicas the whole
 	// run: with about 600 GETs the two differ by a few hundredths (a binomial

@@ -93,7 +93,7 @@ func PanelValue(ctx context.Context, api promv1.API, dir, file, title, refID str
 			return 0, "", err
 		}
 		for _, q := range qs {
-			if q.Panel == nil || q.Panel.Title != title || q.Where != "panel "+title+" query "+refID {
+			if q.Where != "panel "+title+" query "+refID {
 				continue
 			}
 			expr, problems := Substitute(q.Expr, d.VariableNames(), values)
