@@ -30,7 +30,7 @@ ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/tailcut . && \
     GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/workload ./test/workload && \
-    GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" -o /out/hedge-account.wasm ./controllers/xds/hedgeaccount
+    GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" -o /out/hedge-account.wasm ./controllers/envoyconf/hedgeaccount
 
 FROM ${DISTROLESS_IMAGE} AS workload
 COPY --from=build /out/workload /workload

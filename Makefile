@@ -98,7 +98,7 @@ FUZZTIME ?= 60s
 fuzz: ## Search with the fuzz targets, FUZZTIME each (go test runs their seeds in test-unit); failures land in testdata/fuzz.
 	@$(TOOL_ENV); set -e; \
 	$(GO) test ./controllers/estimate/ -run '^$$' -fuzz '^FuzzEstimateStaysInBounds$$' -fuzztime $(FUZZTIME); \
-	$(GO) test ./controllers/xds/ -run '^$$' -fuzz '^FuzzPlanToEnvoy$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./controllers/envoyconf/ -run '^$$' -fuzz '^FuzzPlanToEnvoy$$' -fuzztime $(FUZZTIME)
 
 ##@ Demo
 

@@ -47,6 +47,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -67,7 +68,7 @@ func main() {
 		os.Exit(verify.Command(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "bootstrap" {
-		if err := xds.BootstrapCommand(os.Args[2:], os.Stdout); err != nil {
+		if err := envoyconf.BootstrapCommand(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "tailcut bootstrap:", err)
 			os.Exit(2)
 		}
@@ -92,7 +93,7 @@ func main() {
 		metricsSecure          bool
 		metricsCertDir         string
 		istioOn                bool
-		xdsTLS                 xds.TLSFiles
+		xdsTLS                 envoyconf.TLSFiles
 		kubeQPS                float64
 		kubeBurst              int
 		replicaName, replicaNS string
@@ -113,7 +114,7 @@ func main() {
 	flag.DurationVar(&pushDebounce, "xds-push-debounce", 100*time.Millisecond, "Batch xDS pushes: push once changes pause this long (at most 1s after the first). 0 pushes every change at once.")
 	flag.StringVar(&listenerAddr, "envoy-listener-address", "0.0.0.0", "Address of the HTTP listener tailcut programs into Envoy.")
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
-	flag.StringVar(&hedgeAccountModule, "envoy-hedge-account-module", xds.DefaultHedgeAccountModule, "Path, on the proxies, of the hedge account's Proxy-Wasm module (tailcut bootstrap --hedge-account-module puts it there). A proxy that cannot load it rejects the listener, and policies say so (NACK).")
+	flag.StringVar(&hedgeAccountModule, "envoy-hedge-account-module", envoyconf.DefaultHedgeAccountModule, "Path, on the proxies, of the hedge account's Proxy-Wasm module (tailcut bootstrap --hedge-account-module puts it there). A proxy that cannot load it rejects the listener, and policies say so (NACK).")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
 	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
@@ -223,7 +224,7 @@ func main() {
 		srv = xds.NewServer(xds.ServerOptions{
 			TLS:       serverTLS,
 			Address:   xdsAddr,
-			Translate: xds.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort), HedgeAccountModule: hedgeAccountModule},
+			Translate: envoyconf.TranslateOptions{ListenerAddress: listenerAddr, ListenerPort: uint32(listenerPort), HedgeAccountModule: hedgeAccountModule},
 			Logger:    ctrl.Log.WithName("xds"),
 			// A thousand policies applied at once are one push, not a thousand.
 			PushDebounce: pushDebounce,

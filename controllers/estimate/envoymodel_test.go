@@ -31,8 +31,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
-	"github.com/tailcut/tailcut/controllers/xds"
 )
 
 // envoyModel is what tailcut's Envoy exports for one hedged route, scraped by a
@@ -55,7 +55,7 @@ import (
 //   - with an account, a slow request is hedged only when its hedge fits in
 //     the hedge account (hedgeAccount); one held back is counted nowhere.
 //
-// Buckets are the bootstrap's (xds.LatencyBucketsMs).
+// Buckets are the bootstrap's (envoyconf.LatencyBucketsMs).
 type envoyModel struct {
 	cluster     string
 	bounds      []float64 // ms, ascending, without +Inf
@@ -83,8 +83,8 @@ type scrape struct {
 }
 
 func newEnvoyModel(cluster string, start time.Time) *envoyModel {
-	return &envoyModel{cluster: cluster, bounds: xds.LatencyBucketsMs, scrapeEvery: 2 * time.Second,
-		inBin: make([]float64, len(xds.LatencyBucketsMs)+1), flushed: make([]float64, len(xds.LatencyBucketsMs)+1),
+	return &envoyModel{cluster: cluster, bounds: envoyconf.LatencyBucketsMs, scrapeEvery: 2 * time.Second,
+		inBin: make([]float64, len(envoyconf.LatencyBucketsMs)+1), flushed: make([]float64, len(envoyconf.LatencyBucketsMs)+1),
 		nextScrape: start, nextFlush: start}
 }
 
@@ -138,7 +138,7 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	return hedged, latency
 }
 
-// hedgeAccount is controllers/xds/hedgebudget.lua for one Envoy worker with
+// hedgeAccount is controllers/envoyconf/hedgebudget.lua for one Envoy worker with
 // maxHedges 1: the hedges committed within the last window seconds (whole
 // Unix seconds) stay within ratio of the requests that arrived in them. A
 // request commits its hedge when it arrives, late (plan.Hedge.LateDelay) when

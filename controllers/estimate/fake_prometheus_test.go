@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tailcut/tailcut/controllers/xds"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 )
 
 // A fake Prometheus query API: each query is told apart by its shape and
@@ -175,8 +175,8 @@ func one(v float64) reply { return reply{body: vectorJSON(sample{value: v})} }
 // than the end of the histogram bin b falls in (envoymodel_test.go), so it
 // counts n*F(edge(b)).
 func bucketsReply(n float64, F func(ms float64) float64) reply {
-	samples := make([]sample, 0, len(xds.LatencyBucketsMs)+1)
-	for _, b := range xds.LatencyBucketsMs {
+	samples := make([]sample, 0, len(envoyconf.LatencyBucketsMs)+1)
+	for _, b := range envoyconf.LatencyBucketsMs {
 		samples = append(samples, sample{labels: map[string]string{"le": promFloat(b)}, value: math.Round(n * F(1000*envoyEdge(b/1000)))})
 	}
 	samples = append(samples, sample{labels: map[string]string{"le": "+Inf"}, value: n})

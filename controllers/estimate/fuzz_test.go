@@ -23,7 +23,7 @@ import (
 	"time"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
-	"github.com/tailcut/tailcut/controllers/xds"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 )
 
 // FuzzEstimateStaysInBounds feeds the estimator whatever Prometheus may
@@ -35,9 +35,9 @@ import (
 func FuzzEstimateStaysInBounds(f *testing.F) {
 	steps := func(n float64, F func(float64) float64) []byte {
 		// Per-bucket shares of 255, the cumulative counts the fuzz target rebuilds.
-		out := make([]byte, 0, len(xds.LatencyBucketsMs))
+		out := make([]byte, 0, len(envoyconf.LatencyBucketsMs))
 		prev := 0.0
-		for _, b := range xds.LatencyBucketsMs {
+		for _, b := range envoyconf.LatencyBucketsMs {
 			c := F(b)
 			out = append(out, byte(math.Round(255*(c-prev))))
 			prev = c
@@ -79,11 +79,11 @@ func FuzzEstimateStaysInBounds(f *testing.F) {
 		samples := make([]sample, 0, len(shares)+1)
 		cum := 0.0
 		for i, s := range shares {
-			if i >= len(xds.LatencyBucketsMs) {
+			if i >= len(envoyconf.LatencyBucketsMs) {
 				break
 			}
 			cum += float64(s) / 255 * total
-			samples = append(samples, sample{labels: map[string]string{"le": promFloat(xds.LatencyBucketsMs[i])}, value: cum})
+			samples = append(samples, sample{labels: map[string]string{"le": promFloat(envoyconf.LatencyBucketsMs[i])}, value: cum})
 		}
 		samples = append(samples, sample{labels: map[string]string{"le": "+Inf"}, value: total})
 		prom.set(kBuckets, reply{body: vectorJSON(samples...)})

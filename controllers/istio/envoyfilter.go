@@ -36,8 +36,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
-	"github.com/tailcut/tailcut/controllers/xds"
 )
 
 // EnvoyFilterGVK is the Istio API tailcut writes.
@@ -102,12 +102,12 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     hedges) and on responses (the account gives back unsent hedges). The
 //     response's never reaches the client: the account filter removes it on
 //     the routes it accounts, and on the inserted ones and the merged ones
-//     while hedging is off, which carry xds.OwnedRoute metadata (the router
+//     while hedging is off, which carry envoyconf.OwnedRoute metadata (the router
 //     adds it after a route's response_headers_to_remove).
 //   - INSERT_BEFORE the router of every HTTP connection manager in the
 //     context (on the Service's port for sidecars): the hedge account,
 //     hedgebudget.lua, as a Lua filter named after the policy
-//     (xds.HedgeBudgetFilterFor). Envoy's retry budget does not bound hedges
+//     (envoyconf.HedgeBudgetFilterFor). Envoy's retry budget does not bound hedges
 //     that are running; the account holds them to the budget over a sliding
 //     window, as on tailcut's own Envoy. It acts only on routes that carry
 //     its policy's metadata; other traffic passes untouched.
@@ -140,17 +140,17 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		}
 		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
-	account := xds.HedgeBudgetFilterFor(p.Name)
-	merged := &routev3.Route{Metadata: xds.OwnedRoute(account), StatPrefix: plan.MeshHedgedStatPrefix}
+	account := envoyconf.HedgeBudgetFilterFor(p.Name)
+	merged := &routev3.Route{Metadata: envoyconf.OwnedRoute(account), StatPrefix: plan.MeshHedgedStatPrefix}
 	if p.Hedge != nil {
 		merged.Action = &routev3.Route_Route{Route: routeAction(p)}
-		merged.Metadata = xds.HedgeAccount(p, account, meshRetries(p.Hedge))
+		merged.Metadata = envoyconf.HedgeAccount(p, account, meshRetries(p.Hedge))
 	}
 	hedgedRoute, err := asMap(merged)
 	if err != nil {
 		return nil, err
 	}
-	filter, err := asMap(xds.HedgeBudgetHTTPFilter(account))
+	filter, err := asMap(envoyconf.HedgeBudgetHTTPFilter(account))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func routeAction(p plan.RoutePlan) *routev3.RouteAction {
 	if p.Hedge == nil {
 		return nil
 	}
-	retry := xds.HedgeRetryPolicy(p.Hedge)
+	retry := envoyconf.HedgeRetryPolicy(p.Hedge)
 	retry.RetryOn = RetryOn(p.Hedge.RetryOn)
 	retry.NumRetries = wrapperspb.UInt32(uint32(meshRetries(p.Hedge)))
 	return &routev3.RouteAction{
@@ -284,7 +284,7 @@ func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 			}},
 		},
 		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata:   xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		Metadata:   envoyconf.OwnedRoute(envoyconf.HedgeBudgetFilterFor(p.Name)),
 		StatPrefix: plan.MeshUnhedgedStatPrefix,
 	}
 }
@@ -315,7 +315,7 @@ func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 			}},
 		},
 		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata:   xds.OwnedRoute(xds.HedgeBudgetFilterFor(p.Name)),
+		Metadata:   envoyconf.OwnedRoute(envoyconf.HedgeBudgetFilterFor(p.Name)),
 		StatPrefix: plan.MeshBypassStatPrefix,
 	}
 }

@@ -20,8 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"io"
 	"net"
 	"net/http"
@@ -36,6 +34,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -52,8 +53,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
-	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -671,7 +672,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	// istiod's routes. Half the requests meet the slow replica: unbounded,
 	// half would be hedged (the first Envoy above); the account holds hedges
 	// to the budget, 5% of the requests.
-	account := xds.HedgeBudgetFilterFor(rp.Name)
+	account := envoyconf.HedgeBudgetFilterFor(rp.Name)
 	var rendered *hcmv3.HttpFilter
 	listener := fmt.Sprintf("0.0.0.0_%d", port)
 	waitUntil(t, 30*time.Second, "the hedge account before the router in istiod's listener "+listener, func() (bool, string) {
@@ -741,7 +742,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.Header.Get(xds.AttemptCountHeader) != "" {
+		if resp.Header.Get(envoyconf.AttemptCountHeader) != "" {
 			leaked++
 		}
 	}
@@ -757,7 +758,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 	}
 	if leaked > 0 {
-		t.Errorf("%d of 50 responses carried %s to the client", leaked, xds.AttemptCountHeader)
+		t.Errorf("%d of 50 responses carried %s to the client", leaked, envoyconf.AttemptCountHeader)
 	}
 
 	// A replica restarts at a low rate: the account fits few hedges, and the

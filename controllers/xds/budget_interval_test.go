@@ -27,6 +27,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -63,7 +64,7 @@ func TestRetryBudgetIntervalDoesNotCapHedges(t *testing.T) {
 // cluster's retry budget given budget_interval (none when 0).
 func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) {
 	t.Helper()
-	bin := envoyBin(t)
+	bin := harness.EnvoyBin(t)
 	up := newAttemptLog(t)
 	listenPort := uint32(harness.Port(t))
 	web := plan.RoutePlan{
@@ -74,7 +75,7 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 1},
 		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
 	}
-	res, err := Translate([]plan.RoutePlan{web}, TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort})
+	res, err := envoyconf.Translate([]plan.RoutePlan{web}, envoyconf.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +84,11 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 			c.CircuitBreakers.Thresholds[0].RetryBudget.BudgetInterval = durationpb.New(interval)
 		}
 	}
-	static, err := StaticBootstrap(res, StaticOptions{WithoutAccount: true})
+	static, err := envoyconf.StaticBootstrap(res, envoyconf.StaticOptions{WithoutAccount: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := MessageYAML(static)
+	b, err := envoyconf.MessageYAML(static)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/go-logr/logr"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -184,7 +185,7 @@ func (callbacks) OnFetchResponse(*discoveryv3.DiscoveryRequest, *discoveryv3.Dis
 // checkNode warns when a proxy's bootstrap expected another listener port.
 // Callers hold mu.
 func (s *Server) checkNode(n *corev3.Node) {
-	v, ok := n.GetMetadata().GetFields()[ListenerPortMetadataKey]
+	v, ok := n.GetMetadata().GetFields()[envoyconf.ListenerPortMetadataKey]
 	if !ok {
 		return
 	}

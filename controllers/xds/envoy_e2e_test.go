@@ -43,6 +43,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -242,7 +243,7 @@ func startServer(t *testing.T, ctx context.Context, listenPort uint32, options .
 	t.Helper()
 	opts := ServerOptions{
 		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
+		Translate: envoyconf.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
 		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
 	}
 	for _, o := range options {
@@ -270,7 +271,7 @@ func startServer(t *testing.T, ctx context.Context, listenPort uint32, options .
 // TestEnvoyEndToEnd runs the xDS server against a real Envoy and three
 // backends, one of them slow, and checks that hedging hides the slow one.
 func TestEnvoyEndToEnd(t *testing.T) {
-	bin := envoyBin(t)
+	bin := harness.EnvoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -329,7 +330,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		t.Fatal("no snapshot after MarkSynced with every expected policy published")
 	}
 
-	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort})
+	boot, err := envoyconf.Bootstrap(envoyconf.BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	updates := func() map[string]int {
 		return map[string]int{
 			"LDS": c.counter("listener_manager.lds.update_success"), "CDS": c.counter("cluster_manager.cds.update_success"),
-			"RDS": c.counter("http." + StatPrefix + ".rds." + RouteConfigName + ".update_success"),
+			"RDS": c.counter("http." + envoyconf.StatPrefix + ".rds." + envoyconf.RouteConfigName + ".update_success"),
 			"EDS": c.counter("cluster." + cluster + ".update_success"),
 		}
 	}
@@ -528,7 +529,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 
 	// (h) A route Envoy rejects (bad RE2) is NACKed; the last good config keeps serving.
 	nacks := testutil.ToFloat64(nacksTotal.WithLabelValues("RDS"))
-	srv.translator.mutateVirtualHost = func(vh *routev3.VirtualHost) {
+	srv.translator.MutateVirtualHost = func(vh *routev3.VirtualHost) {
 		for _, rt := range vh.Routes {
 			for _, h := range rt.GetMatch().GetHeaders() {
 				if re := h.GetStringMatch().GetSafeRegex(); re != nil {
@@ -575,7 +576,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	}
 
 	// Fixing the plan set publishes a good version again.
-	srv.translator.mutateVirtualHost = nil
+	srv.translator.MutateVirtualHost = nil
 	if err := srv.Publish(ctx, nil, web); err != nil {
 		t.Fatal(err)
 	}
@@ -596,11 +597,11 @@ func TestEnvoyEndToEnd(t *testing.T) {
 // it wait: not ready well past 15s, ready once the server serves.
 func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 	t.Parallel()
-	bin := envoyBin(t)
+	bin := harness.EnvoyBin(t)
 	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	srv := NewServer(ServerOptions{
 		Address:   "127.0.0.1:0",
-		Translate: TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
+		Translate: envoyconf.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort, HedgeAccountModule: harness.HedgeAccountModule(t)},
 		Logger:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
 	})
 	addr, err := srv.Listen()
@@ -612,7 +613,7 @@ func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 	go func() { done <- srv.Start(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: "waiting-envoy", AdminPort: adminPort})
+	boot, err := envoyconf.Bootstrap(envoyconf.BootstrapOptions{XDSAddress: addr.String(), NodeID: "waiting-envoy", AdminPort: adminPort})
 	if err != nil {
 		t.Fatal(err)
 	}

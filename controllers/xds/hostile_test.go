@@ -31,6 +31,7 @@ import (
 
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -114,7 +115,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
-		if n := resp.Header.Get(AttemptCountHeader); n != "" {
+		if n := resp.Header.Get(envoyconf.AttemptCountHeader); n != "" {
 			attemptCounts[id] = n
 		}
 		return resp.StatusCode
@@ -181,7 +182,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 	// #23, defect 11: on the bypass and unhedged routes the attempt count
 	// reached the client.
 	for id, n := range attemptCounts {
-		t.Errorf("%s: the response carried %s: %s", id, AttemptCountHeader, n)
+		t.Errorf("%s: the response carried %s: %s", id, envoyconf.AttemptCountHeader, n)
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
@@ -193,7 +194,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 // serveOnePlan runs the xDS server with one plan for the upstream (hedging
 // methods after delay, one hedge) and a real Envoy on it, and returns the
 // Envoy listener's port once Envoy runs the plan.
-func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration, bootstrap ...func(*BootstrapOptions)) uint32 {
+func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration, bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
 	t.Helper()
 	return servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Match.Methods = methods
@@ -202,7 +203,7 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 }
 
 // servePlan is serveOnePlan with the plan changed by mutate.
-func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), bootstrap ...func(*BootstrapOptions)) uint32 {
+func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
 	t.Helper()
 	_, listenPort := serveWith(t, up, func(*ServerOptions) {}, mutate, bootstrap...)
 	return listenPort
@@ -210,9 +211,9 @@ func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), boots
 
 // serveWith is servePlan on a server whose options server changes; it
 // returns the server too. The plan's policy is e2e/web.
-func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate func(*plan.RoutePlan), bootstrap ...func(*BootstrapOptions)) (*Server, uint32) {
+func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) (*Server, uint32) {
 	t.Helper()
-	bin := envoyBin(t)
+	bin := harness.EnvoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
@@ -232,11 +233,11 @@ func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate
 		t.Fatal(err)
 	}
 	srv.MarkSynced(key)
-	bo := BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort}
+	bo := envoyconf.BootstrapOptions{XDSAddress: addr.String(), NodeID: "e2e-envoy", AdminPort: adminPort, ListenerPort: listenPort}
 	for _, f := range bootstrap {
 		f(&bo)
 	}
-	boot, err := Bootstrap(bo)
+	boot, err := envoyconf.Bootstrap(bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
 func TestStatsListenerServesOnlyStats(t *testing.T) {
 	up := newAttemptLog(t)
 	statsPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
-	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond, func(o *BootstrapOptions) {
+	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond, func(o *envoyconf.BootstrapOptions) {
 		o.AdminAddress, o.AdminPort, o.StatsAddress, o.StatsPort = "127.0.0.1", adminPort, "127.0.0.1", statsPort
 	})
 	call := func(method, path string) (int, string) {

@@ -36,14 +36,15 @@ import (
 	"google.golang.org/grpc/credentials"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
 // issue is a certificate of ca as the xDS server's or a proxy's files.
-func issue(t *testing.T, ca *harness.CA, name string, server bool) TLSFiles {
+func issue(t *testing.T, ca *harness.CA, name string, server bool) envoyconf.TLSFiles {
 	cert, key := ca.Issue(t, name, server)
-	return TLSFiles{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
+	return envoyconf.TLSFiles{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
 }
 
 // TestXDSMutualTLS is #14's "mTLS for xDS" with a real Envoy: with the
@@ -51,7 +52,7 @@ func issue(t *testing.T, ca *harness.CA, name string, server bool) TLSFiles {
 // gets its routes and counts in status; an Envoy with no certificate, or one
 // another CA signed, never connects and is not counted.
 func TestXDSMutualTLS(t *testing.T) {
-	bin := envoyBin(t)
+	bin := harness.EnvoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ca, other := harness.NewCA(t, "tailcut-ca"), harness.NewCA(t, "someone-else")
@@ -77,10 +78,10 @@ func TestXDSMutualTLS(t *testing.T) {
 	}
 	srv.MarkSynced(key)
 
-	envoy := func(name string, files TLSFiles, listener uint32) uint32 {
+	envoy := func(name string, files envoyconf.TLSFiles, listener uint32) uint32 {
 		t.Helper()
 		admin := uint32(harness.Port(t))
-		boot, err := Bootstrap(BootstrapOptions{XDSAddress: addr.String(), NodeID: name, AdminPort: admin, ListenerPort: listener, TLS: files})
+		boot, err := envoyconf.Bootstrap(envoyconf.BootstrapOptions{XDSAddress: addr.String(), NodeID: name, AdminPort: admin, ListenerPort: listener, TLS: files})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +110,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	// port is taken by the first Envoy; these never get that far.
 	stranger := issue(t, other, "envoy-stranger", false)
 	stranger.CAFile = ca.CAFile // it trusts the server; the server does not trust it
-	plainAdmin := envoy("envoy-plain", TLSFiles{}, listenPort)
+	plainAdmin := envoy("envoy-plain", envoyconf.TLSFiles{}, listenPort)
 	strangerAdmin := envoy("envoy-stranger", stranger, listenPort)
 	time.Sleep(5 * time.Second) // several connection attempts each
 	if st := srv.Status(key); st.Connected != 1 || st.Programmed != 1 {
@@ -130,7 +131,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	// CA's certificate the same NACK reaches status (the check can fail).
 	// nack returns while the stream is open: a closed stream's NACK leaves
 	// status with it.
-	nack := func(files TLSFiles, whileOpen func()) error {
+	nack := func(files envoyconf.TLSFiles, whileOpen func()) error {
 		pool := x509.NewCertPool()
 		pool.AddCert(ca.Cert)
 		conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
@@ -167,7 +168,7 @@ func TestXDSMutualTLS(t *testing.T) {
 		whileOpen()
 		return nil
 	}
-	if err := nack(TLSFiles{}, func() {}); err == nil {
+	if err := nack(envoyconf.TLSFiles{}, func() {}); err == nil {
 		t.Error("an ADS client with no certificate opened a stream and NACKed")
 	}
 	time.Sleep(time.Second)
@@ -192,14 +193,14 @@ func TestTLSFilesRefusedClearly(t *testing.T) {
 	ca := harness.NewCA(t, "ca")
 	f := issue(t, ca, "server", true)
 	for name, tc := range map[string]struct {
-		files TLSFiles
+		files envoyconf.TLSFiles
 		want  string
 	}{
-		"no key":         {TLSFiles{CertFile: f.CertFile, CAFile: f.CAFile}, "all three"},
-		"no CA":          {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile}, "all three"},
-		"missing file":   {TLSFiles{CertFile: f.CertFile + ".gone", KeyFile: f.KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
-		"CA not PEM":     {TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.KeyFile}, "holds no PEM certificate"},
-		"key not a pair": {TLSFiles{CertFile: f.CertFile, KeyFile: issue(t, ca, "other", true).KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
+		"no key":         {envoyconf.TLSFiles{CertFile: f.CertFile, CAFile: f.CAFile}, "all three"},
+		"no CA":          {envoyconf.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile}, "all three"},
+		"missing file":   {envoyconf.TLSFiles{CertFile: f.CertFile + ".gone", KeyFile: f.KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
+		"CA not PEM":     {envoyconf.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.KeyFile}, "holds no PEM certificate"},
+		"key not a pair": {envoyconf.TLSFiles{CertFile: f.CertFile, KeyFile: issue(t, ca, "other", true).KeyFile, CAFile: f.CAFile}, "xDS server certificate"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ServerTLS(tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -207,7 +208,7 @@ func TestTLSFilesRefusedClearly(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Bootstrap(BootstrapOptions{XDSAddress: "127.0.0.1:18000", NodeID: "n", TLS: TLSFiles{CertFile: f.CertFile}}); err == nil || !strings.Contains(err.Error(), "all three") {
+	if _, err := envoyconf.Bootstrap(envoyconf.BootstrapOptions{XDSAddress: "127.0.0.1:18000", NodeID: "n", TLS: envoyconf.TLSFiles{CertFile: f.CertFile}}); err == nil || !strings.Contains(err.Error(), "all three") {
 		t.Errorf("Bootstrap with a certificate only: %v, want an error", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // TestPushesAreDebounced: 100 policies published back to back reach the cache
@@ -37,7 +38,7 @@ func TestPushesAreDebounced(t *testing.T) {
 	s := startDebounced(t)
 
 	before := testutil.ToFloat64(pushesTotal)
-	plans := scalePlans(t, 100)
+	plans := harness.ManyPlans(t, 100)
 	start := time.Now()
 	for _, p := range plans {
 		if err := s.Publish(ctx, nil, p); err != nil {
@@ -117,7 +118,7 @@ func TestDeferredPublishTranslatesEachPlanOnce(t *testing.T) {
 	ctx := context.Background()
 	s := startDebounced(t)
 
-	plans := scalePlans(t, 100)
+	plans := harness.ManyPlans(t, 100)
 	translations, assemblies, pushes := testutil.ToFloat64(translationsTotal), testutil.ToFloat64(assembliesTotal), testutil.ToFloat64(pushesTotal)
 	for _, p := range plans {
 		if err := s.Publish(ctx, nil, p); err != nil {

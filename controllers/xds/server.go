@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 )
@@ -68,7 +69,7 @@ type ServerOptions struct {
 	// needs a certificate).
 	TLS *tls.Config
 	// Translate places the HTTP listener that proxies get.
-	Translate TranslateOptions
+	Translate envoyconf.TranslateOptions
 	// Logger defaults to controller-runtime's logger named "xds".
 	Logger logr.Logger
 	// PushDebounce, when set, batches pushes while Start runs: a snapshot
@@ -119,7 +120,7 @@ type Server struct {
 	// policies holds each policy's own resources' hashes in the snapshot in
 	// the cache, and history which policy hashes recent type versions held,
 	// so Status can tell what a proxy runs from the versions it ACKed.
-	policies map[k8stypes.NamespacedName]policyHash
+	policies map[k8stypes.NamespacedName]envoyconf.PolicyHash
 	history  map[string][]typeVersion
 	streams  map[int64]*streamState
 	// pushing is true while the push loop runs (PushDebounce); stale
@@ -136,7 +137,7 @@ type Server struct {
 
 	// translator keeps each policy's translation until its plan changes.
 	// Guarded by pubMu.
-	translator *translator
+	translator *envoyconf.Translator
 }
 
 var (
@@ -153,7 +154,7 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = ctrl.Log.WithName("xds")
 	}
-	opts.Translate = opts.Translate.withDefaults()
+	opts.Translate = opts.Translate.WithDefaults()
 	return &Server{
 		opts: opts,
 		log:  opts.Logger,
@@ -168,7 +169,7 @@ func NewServer(opts ServerOptions) *Server {
 		seen:       map[k8stypes.NamespacedName]bool{},
 		retiring:   map[k8stypes.NamespacedName]uint64{},
 		plans:      map[k8stypes.NamespacedName]plan.RoutePlan{},
-		translator: newTranslator(opts.Translate),
+		translator: envoyconf.NewTranslator(opts.Translate, envoyconf.TranslatorCounters{Translations: translationsTotal, Assemblies: assembliesTotal}),
 		streams:    map[int64]*streamState{},
 		events:     make(chan event.GenericEvent, 256),
 		dirty:      make(chan struct{}, 1),

@@ -35,11 +35,11 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 func testPlans(t *testing.T) []plan.RoutePlan {
-	plans, _ := loadCase(t, filepath.Join("testdata", "in", "several-ports.yaml"))
-	return plans
+	return harness.LoadPlanCase(t, filepath.Join("..", "envoyconf", "testdata", "in", "several-ports.yaml")).Plans
 }
 
 func keyOf(p plan.RoutePlan) k8stypes.NamespacedName { return planKey(nil, p) }
@@ -250,24 +250,6 @@ func TestServerAckNack(t *testing.T) {
 	}
 	if err := cb.OnDeltaStreamOpen(ctx, 2, ""); err == nil {
 		t.Error("delta streams should be refused")
-	}
-}
-
-func TestBootstrapCommand(t *testing.T) {
-	var out strings.Builder
-	if err := BootstrapCommand([]string{"--xds-address", "tailcut.tailcut-system.svc:18000", "--node-id", "n1", "--admin-port", "9902"}, &out); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"id: n1", "port_value: 9902", "address: tailcut.tailcut-system.svc", "type: STRICT_DNS", "http2_protocol_options", "upstream_rq_time"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("bootstrap lacks %q", want)
-		}
-	}
-	if err := BootstrapCommand([]string{"--node-id", "n1"}, &out); err == nil {
-		t.Error("missing --xds-address should fail")
-	}
-	if err := BootstrapCommand([]string{"--xds-address", "nohostport"}, &out); err == nil {
-		t.Error("an address without a port should fail")
 	}
 }
 

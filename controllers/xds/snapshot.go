@@ -33,6 +33,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 )
 
@@ -130,7 +131,7 @@ func (s *Server) publishLocked(ctx context.Context, key k8stypes.NamespacedName,
 	// for them made a reconcile O(N), and 0.43 cores busy at rest with 1,000
 	// policies. s.plans holds only what was applied, so a plan whose push
 	// failed is applied again.
-	if s.translator.pure() && s.holds(key, p) {
+	if s.translator.Pure() && s.holds(key, p) {
 		s.seenLocked(key)
 		return nil
 	}
@@ -210,7 +211,7 @@ func (s *Server) admitLocked(key k8stypes.NamespacedName, p plan.RoutePlan) erro
 		}
 	}
 	s.mu.Unlock()
-	return s.translator.admit(p)
+	return s.translator.Admit(p)
 }
 
 // holds says whether p is already the applied plan of its policy.
@@ -268,14 +269,14 @@ func (s *Server) applyLocked(ctx context.Context, next map[k8stypes.NamespacedNa
 
 // prepareLocked translates the plan set into a snapshot. Callers hold pubMu.
 func (s *Server) prepareLocked(next map[k8stypes.NamespacedName]plan.RoutePlan) (*preparedSnapshot, error) {
-	res, err := s.translator.translate(slices.Collect(maps.Values(next)))
+	res, err := s.translator.Translate(slices.Collect(maps.Values(next)))
 	if err != nil {
 		return nil, err
 	}
 	version, versions := res.Version(), res.TypeVersions()
-	hashes := make(map[k8stypes.NamespacedName]policyHash, len(next))
+	hashes := make(map[k8stypes.NamespacedName]envoyconf.PolicyHash, len(next))
 	for key, p := range next {
-		hashes[key] = res.policies[p.Name]
+		hashes[key], _ = res.PolicyHash(p.Name)
 	}
 	snap := &cachev3.Snapshot{}
 	snap.Resources[types.Listener] = cachev3.NewResources(versions[resourcev3.ListenerType], toResources(res.Listeners))
@@ -319,7 +320,7 @@ type preparedSnapshot struct {
 	plans    map[k8stypes.NamespacedName]plan.RoutePlan
 	version  string
 	versions map[string]string
-	hashes   map[k8stypes.NamespacedName]policyHash
+	hashes   map[k8stypes.NamespacedName]envoyconf.PolicyHash
 }
 
 func toResources[M types.Resource](in []M) []types.Resource {

@@ -24,6 +24,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/publish"
 )
 
@@ -57,14 +58,14 @@ func (s *Server) statusLocked(key k8stypes.NamespacedName) publish.ProgramStatus
 	if _, planned := s.plans[key]; !ok || !planned || s.version == "" {
 		return ps
 	}
-	ps.Version = cur.version
+	ps.Version = cur.Version
 	var rejected []string
 	for _, st := range s.streams {
 		serving, current := st.acked[resourcev3.ListenerType] != "", st.acked[resourcev3.ListenerType] != ""
-		for _, typ := range policyTypes {
+		for _, typ := range envoyconf.PolicyTypes {
 			got := s.hashIn(typ, st.acked[typ], key)
 			serving = serving && got != ""
-			current = current && got == cur.byType[typ]
+			current = current && got == cur.ByType[typ]
 		}
 		if serving {
 			ps.Serving++
@@ -86,21 +87,9 @@ func (s *Server) statusLocked(key k8stypes.NamespacedName) publish.ProgramStatus
 	return ps
 }
 
-// policyTypes are the resource types a policy owns resources of: its virtual
-// host (RDS), its two clusters (CDS) and their endpoints (EDS). The listener
-// is shared.
-var policyTypes = []string{resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
-
 // historyLength is how many recent versions of each type the server remembers,
 // enough for any proxy that is still catching up.
 const historyLength = 32
-
-// policyHash is one policy's resources in one snapshot: a hash per type, and a
-// version over all of them.
-type policyHash struct {
-	byType  map[string]string
-	version string
-}
 
 // typeVersion is which policy resources one version of a type held.
 type typeVersion struct {
@@ -113,14 +102,14 @@ type typeVersion struct {
 // other owners: a policy that takes over a Service port from a deleted one
 // gets the same clusters and endpoints, named after the port. The newest
 // record of a version says who owns it now. Callers hold mu.
-func (s *Server) remember(versions map[string]string, hashes map[k8stypes.NamespacedName]policyHash) {
+func (s *Server) remember(versions map[string]string, hashes map[k8stypes.NamespacedName]envoyconf.PolicyHash) {
 	if s.history == nil {
 		s.history = map[string][]typeVersion{}
 	}
-	for _, typ := range policyTypes {
+	for _, typ := range envoyconf.PolicyTypes {
 		tv := typeVersion{version: versions[typ], hashes: map[k8stypes.NamespacedName]string{}}
 		for key, ph := range hashes {
-			tv.hashes[key] = ph.byType[typ]
+			tv.hashes[key] = ph.ByType[typ]
 		}
 		h := s.history[typ]
 		if len(h) > 0 && h[len(h)-1].version == versions[typ] {

@@ -19,36 +19,19 @@ package xds
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
+
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 )
-
-// TLSFiles name the PEM files of mutual TLS on the xDS connection: this
-// side's certificate and key, and the CA that signs the other side's. The
-// layout of a cert-manager Certificate's Secret (tls.crt, tls.key, ca.crt)
-// mounted as a volume fits as is.
-type TLSFiles struct {
-	CertFile, KeyFile, CAFile string
-}
-
-// Enabled says whether any file is named.
-func (f TLSFiles) Enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
-
-func (f TLSFiles) check() error {
-	if f.CertFile == "" || f.KeyFile == "" || f.CAFile == "" {
-		return errors.New("xDS TLS needs a certificate, its key and the CA of the other side, all three")
-	}
-	return nil
-}
 
 // ServerTLS is the xDS server's TLS configuration: only a client with a
 // certificate the CA signed completes the handshake, so no other pod can
 // open an ADS stream, take every route or count as a proxy in status.
 // Files are read again at every handshake, so a renewed Secret takes
 // effect without a restart.
-func ServerTLS(f TLSFiles) (*tls.Config, error) {
-	if err := f.check(); err != nil {
+func ServerTLS(f envoyconf.TLSFiles) (*tls.Config, error) {
+	if err := f.Check(); err != nil {
 		return nil, err
 	}
 	load := func() (*tls.Certificate, *x509.CertPool, error) {

@@ -29,8 +29,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/verify"
-	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -166,13 +166,13 @@ func TestProxyBootstrapIsValidForEnvoy(t *testing.T) {
 		t.Fatalf("tailcut %v: %v\n%s", args, err, out)
 	}
 	// The operator's listener loads the module from
-	// xds.DefaultHedgeAccountModule, in the bootstrap volume Envoy mounts.
-	copied, want := mustRead(t, filepath.Join(dir, filepath.Base(xds.DefaultHedgeAccountModule))), mustRead(t, module)
+	// envoyconf.DefaultHedgeAccountModule, in the bootstrap volume Envoy mounts.
+	copied, want := mustRead(t, filepath.Join(dir, filepath.Base(envoyconf.DefaultHedgeAccountModule))), mustRead(t, module)
 	if !bytes.Equal(copied, want) {
 		t.Errorf("the module beside the bootstrap is %d bytes, want the %d of the image's", len(copied), len(want))
 	}
-	if mounts := volumeMounts(t, proxy, "envoy"); mounts[filepath.Dir(xds.DefaultHedgeAccountModule)] != "bootstrap" {
-		t.Errorf("Envoy mounts %v; the operator points it at %s, in the bootstrap volume", mounts, xds.DefaultHedgeAccountModule)
+	if mounts := volumeMounts(t, proxy, "envoy"); mounts[filepath.Dir(envoyconf.DefaultHedgeAccountModule)] != "bootstrap" {
+		t.Errorf("Envoy mounts %v; the operator points it at %s, in the bootstrap volume", mounts, envoyconf.DefaultHedgeAccountModule)
 	}
 	b := string(mustRead(t, bootstrap))
 	for _, want := range []string{"tailcut.chart-demo.svc", "18000", "9901", "9902", "tailcut_stats", "tailcut-proxy-abc"} {

@@ -27,7 +27,7 @@ import (
 
 // HedgeAccountPackage is the hedge account's Proxy-Wasm module, which
 // tailcut's Envoy loads (xds.TranslateOptions.HedgeAccountModule).
-const HedgeAccountPackage = "github.com/tailcut/tailcut/controllers/xds/hedgeaccount"
+const HedgeAccountPackage = "github.com/tailcut/tailcut/controllers/envoyconf/hedgeaccount"
 
 // BuildHedgeAccountModule builds the hedge account module into dir, as the
 // Dockerfile does, and returns its path. The go command must run inside the

@@ -27,9 +27,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/verify"
-	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -175,15 +175,15 @@ func proxyUnderTest(listenPort, upPort int, module string, withAccount bool) ([]
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
 		Endpoints: []plan.Endpoint{{Address: "127.0.0.1", Port: int32(upPort)}},
 	}
-	res, err := xds.Translate([]plan.RoutePlan{p}, xds.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: uint32(listenPort), HedgeAccountModule: module})
+	res, err := envoyconf.Translate([]plan.RoutePlan{p}, envoyconf.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: uint32(listenPort), HedgeAccountModule: module})
 	if err != nil {
 		return nil, err
 	}
-	b, err := xds.StaticBootstrap(res, xds.StaticOptions{WithoutAccount: !withAccount})
+	b, err := envoyconf.StaticBootstrap(res, envoyconf.StaticOptions{WithoutAccount: !withAccount})
 	if err != nil {
 		return nil, err
 	}
-	return xds.MessageYAML(b)
+	return envoyconf.MessageYAML(b)
 }
 
 // noopUpstream is an Envoy that answers every request on port with 200 and an

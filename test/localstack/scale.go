@@ -47,8 +47,8 @@ import (
 	"github.com/go-logr/logr"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
-	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -385,7 +385,7 @@ func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) 
 // delayChanges changes the delay of Static policies one at a time and times
 // each from the update to Envoy's RDS update.
 func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
-	const rdsUpdates = `^http\.` + xds.StatPrefix + `\.rds\.` + xds.RouteConfigName + `\.update_success$`
+	const rdsUpdates = `^http\.` + envoyconf.StatPrefix + `\.rds\.` + envoyconf.RouteConfigName + `\.update_success$`
 	bytesBefore, err := s.operatorMetricSum("tailcut_xds_pushed_bytes_total", `type="RDS"`)
 	if err != nil {
 		return err

@@ -1,0 +1,191 @@
+-- tailcut's hedge account on an Istio mesh: a rate cap on hedges in Envoy's
+-- data path. tailcut's own Envoy runs the same account as a Proxy-Wasm module
+-- (controllers/envoyconf/hedgeaccount), which also sees the streams clients reset;
+-- here a request that never answers keeps its commitment for the window.
+--
+-- Envoy's retry_budget does not bound hedges: a retry holds its place in the
+-- budget only while it waits out its back-off (1 ms on a hedged route), not
+-- while it runs. When every replica turns slow, every request passes its
+-- delay, and until the operator's next estimate each one would be hedged
+-- (#14, scenario 6). This filter keeps one account per policy, named by the
+-- hedged route's metadata (account, ratio, window, hedges, late_below,
+-- late_ms; plan.HedgeWindow and the plan's constants next to it):
+--
+-- * The account counts, for each of the last `window` whole seconds of
+--   os.time() (the current one included), the requests that arrived and the
+--   hedges committed to.
+-- * A request may be hedged only if, with its own hedges, the hedges
+--   committed within the window stay within `ratio` of the requests that
+--   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
+--   when fewer fit) are committed when it arrives, since Envoy sends them
+--   later, when the request has run past the delay. Envoy counts hedges and
+--   failure retries alike against the route's num_retries (`retries`, when
+--   set: on a mesh it keeps the mesh's failure retries), so a hedged request
+--   leaves with x-envoy-max-retries set to its hedges when they are fewer.
+--   A request that fits none
+--   goes out with x-envoy-upstream-rq-per-try-timeout-ms: 0: no per-try
+--   timeout, so Envoy does not hedge it, while it still retries a reset or
+--   a failed connection as the route allows. (x-envoy-max-retries: 0, as
+--   before, took those retries away too.)
+-- * On an accounted route the filter owns Envoy's retry and timeout request
+--   headers: whatever a client sent (an edge that trusts its peer passes
+--   them on), each request leaves with the attempts and per-try timeout the
+--   account gave it, and with no retry conditions of the client's, which
+--   would send attempts the account never charged.
+-- * A request that would leave fewer than `late_below` hedges in the window
+--   is hedged late: after `late_ms` (x-envoy-upstream-rq-per-try-timeout-ms)
+--   instead of the delay. When the slow share equals the budget, hedges of
+--   fast requests that ran a little past the delay would take the slow
+--   requests' places; late, they are not sent, and the slow requests are
+--   hedged half a delay later.
+-- * When the answer comes, the hedges Envoy did not send
+--   (x-envoy-attempt-count, which the filter then removes) are given back to
+--   the second they were committed in, if it is still in the window. The
+--   filter removes the attempt count from the answers of tailcut's other
+--   routes too (metadata `owned`).
+--
+-- So a hedge is committed only while the window's hedges stay within `ratio`
+-- of its requests. When a second leaves the window, its requests leave with
+-- it while hedges it paid for may still be counted in later seconds, and the
+-- window then refuses hedges until requests make up for them. Over a stretch
+-- of `window` seconds that does not start on a whole second, hedges may
+-- exceed `ratio` of its requests by what the seconds before it left unused:
+-- little in a steady stream, where hedges use the budget as they come. A
+-- commitment whose answer never comes leaves with its second.
+--
+-- Lua state is per worker thread: each worker keeps its own accounts, and
+-- each holds the ratio for its own requests. An account that saw no request
+-- for two windows holds nothing and is dropped, so that accounts of deleted
+-- policies do not pile up for as long as Envoy runs. Route metadata is read under the
+-- filter's own name: tailcut's Envoy has one filter for every policy, and in
+-- an Istio mesh each policy's EnvoyFilter inserts a filter of its own, which
+-- acts only on its policy's routes. Dynamic metadata stays under FILTER. A route without complete
+-- metadata has no account (an upgrade can pair this script with an older
+-- operator's routes for a moment): its requests pass unchanged.
+
+-- FILTER is HedgeBudgetFilter in hedgebudget.go.
+local FILTER = "tailcut.hedge_budget"
+local FIELDS = {"account", "ratio", "window", "hedges", "late_below", "late_ms"}
+local accounts = {}
+local generation = 0
+local swept = 0
+
+-- CLIENT_HEADERS are the request headers by which a client changes Envoy's
+-- retries; on accounted routes only the account sets them.
+local CLIENT_HEADERS = {"x-envoy-max-retries", "x-envoy-upstream-rq-per-try-timeout-ms",
+  "x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-hedge-on-per-try-timeout"}
+
+local function account(handle)
+  local md = handle:metadata()
+  local terms = {}
+  for _, field in ipairs(FIELDS) do
+    terms[field] = md:get(field)
+    if terms[field] == nil then
+      return nil
+    end
+  end
+  terms.retries = md:get("retries") or terms.hedges
+  local a = accounts[terms.account]
+  if a == nil or a.window ~= terms.window then
+    -- A new window cannot take back what the old one committed: answers
+    -- to requests of an older account give nothing back to this one.
+    generation = generation + 1
+    a = {window = terms.window, generation = generation, now = 0, slots = {}, requests = 0, committed = 0}
+    for i = 0, terms.window - 1 do
+      a.slots[i] = {second = -1, requests = 0, committed = 0}
+    end
+    accounts[terms.account] = a
+  end
+  return a, terms
+end
+
+-- advance moves the account to second `now`: the seconds that left the
+-- window leave the totals, and every second since the last call gets an
+-- empty slot (a slot serves the seconds that are `window` apart). A clock
+-- that steps back keeps counting in the latest second.
+local function advance(a, now)
+  if now <= a.now then
+    return a.slots[a.now % a.window]
+  end
+  for s = math.max(a.now + 1, now - a.window + 1), now do
+    local slot = a.slots[s % a.window]
+    a.requests = a.requests - slot.requests
+    a.committed = a.committed - slot.committed
+    slot.second, slot.requests, slot.committed = s, 0, 0
+  end
+  a.now = now
+  return a.slots[now % a.window]
+end
+
+-- sweep drops, once a second, the accounts that saw no request for two
+-- windows.
+local function sweep(now)
+  if now <= swept then
+    return
+  end
+  swept = now
+  for name, a in pairs(accounts) do
+    if a.now < now - 2 * a.window then
+      accounts[name] = nil
+    end
+  end
+end
+
+function envoy_on_request(request_handle)
+  local now = os.time()
+  sweep(now)
+  local a, terms = account(request_handle)
+  if a == nil then
+    return
+  end
+  local headers = request_handle:headers()
+  for _, name in ipairs(CLIENT_HEADERS) do
+    headers:remove(name)
+  end
+  local slot = advance(a, now)
+  slot.requests = slot.requests + 1
+  a.requests = a.requests + 1
+  local left = terms.ratio * a.requests - a.committed
+  local fit = math.min(terms.hedges, math.floor(left))
+  if fit < 1 then
+    headers:add("x-envoy-upstream-rq-per-try-timeout-ms", "0")
+    return
+  end
+  if fit < terms.retries then
+    headers:add("x-envoy-max-retries", tostring(fit))
+  end
+  if left - fit < terms.late_below then
+    headers:add("x-envoy-upstream-rq-per-try-timeout-ms", tostring(terms.late_ms))
+  end
+  slot.committed = slot.committed + fit
+  a.committed = a.committed + fit
+  local info = request_handle:streamInfo():dynamicMetadata()
+  info:set(FILTER, "committed", fit)
+  info:set(FILTER, "second", slot.second)
+  info:set(FILTER, "generation", a.generation)
+end
+
+function envoy_on_response(response_handle)
+  local headers = response_handle:headers()
+  local a = account(response_handle)
+  if a == nil then
+    -- tailcut's routes without an account (bypass, unhedged, hedging off):
+    -- the attempt count is for the account, never for clients.
+    if response_handle:metadata():get("owned") then
+      headers:remove("x-envoy-attempt-count")
+    end
+    return
+  end
+  local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
+  headers:remove("x-envoy-attempt-count")
+  local mine = response_handle:streamInfo():dynamicMetadata():get(FILTER)
+  if mine == nil or mine.committed == nil or mine.generation ~= a.generation then
+    return
+  end
+  local unused = mine.committed - math.min(mine.committed, attempts - 1)
+  local slot = a.slots[mine.second % a.window]
+  if unused > 0 and slot.second == mine.second then
+    slot.committed = slot.committed - unused
+    a.committed = a.committed - unused
+  end
+end
