@@ -52,6 +52,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
+	"github.com/tailcut/tailcut/controllers/target"
 	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/controllers/xds"
 )
@@ -276,13 +277,17 @@ func main() {
 		reconciler.Publishers[tailcutv1alpha1.PublishIstio] = &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache()}
 		reconciler.Owns = append(reconciler.Owns, istio.NewEnvoyFilter())
 	}
+	if err := target.IndexPolicies(mgr); err != nil {
+		log.Error(err, "unable to index HedgePolicies by target")
+		os.Exit(1)
+	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		log.Error(err, "unable to set up the HedgePolicy controller")
 		os.Exit(1)
 	}
 	if srv != nil {
 		// Replicas that are not the leader serve the leader's decisions too.
-		follower := &controllers.FollowerPublisher{Reconciler: reconciler, Publisher: srv, Elected: mgr.Elected()}
+		follower := &controllers.FollowerPublisher{Client: mgr.GetClient(), HostAliases: aliases, Publisher: srv, Elected: mgr.Elected()}
 		if err := follower.SetupWithManager(mgr); err != nil {
 			log.Error(err, "unable to set up the follower publisher")
 			os.Exit(1)

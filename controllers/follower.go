@@ -27,12 +27,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/target"
 )
 
 // FollowerPublisher keeps the xDS server of a replica that is not the leader in
@@ -47,10 +49,12 @@ import (
 // reconciler publishes instead. The server's first snapshot waits for a first
 // reconcile of every policy (xds.Server.InitialSync runs on every replica).
 type FollowerPublisher struct {
-	// Reconciler resolves targets, conflicts and endpoints; its Client should
-	// read from the manager's cache.
-	Reconciler *HedgePolicyReconciler
-	Publisher  publish.Publisher
+	// Client reads policies, Services and EndpointSlices from the manager's
+	// cache.
+	Client client.Reader
+	// HostAliases resolves FQDN endpoints as the reconciler's do.
+	HostAliases map[string][]string
+	Publisher   publish.Publisher
 	// Elected is closed when this replica becomes the leader (manager.Elected()).
 	Elected <-chan struct{}
 }
@@ -68,7 +72,7 @@ func (f *FollowerPublisher) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		defer w.Reconciled(req.NamespacedName)
 	}
 	var policy tailcutv1alpha1.HedgePolicy
-	if err := f.Reconciler.Get(ctx, req.NamespacedName, &policy); err != nil {
+	if err := f.Client.Get(ctx, req.NamespacedName, &policy); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, f.retire(ctx, req.NamespacedName)
 		}
@@ -89,7 +93,7 @@ func (f *FollowerPublisher) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case reason != "":
 		return ctrl.Result{}, f.retire(ctx, req.NamespacedName)
 	}
-	return ctrl.Result{}, f.Publisher.Publish(ctx, &policy, p)
+	return ctrl.Result{}, f.Publisher.Publish(ctx, ownerOf(&policy), p)
 }
 
 // retire stops the policy's hedging as the leader does (retireEverywhere).
@@ -100,17 +104,15 @@ func (f *FollowerPublisher) retire(ctx context.Context, key types.NamespacedName
 	return f.Publisher.Remove(ctx, key)
 }
 
-// SetupWithManager runs the follower on every replica.
+// SetupWithManager runs the follower on every replica. The manager's
+// policies must be indexed by target (target.IndexPolicies).
 func (f *FollowerPublisher) SetupWithManager(mgr ctrl.Manager) error {
-	r := f.Reconciler
-	if err := indexTargets(mgr); err != nil {
-		return err
-	}
+	policies := target.Mappings{Reader: f.Client}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tailcutv1alpha1.HedgePolicy{}).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
-		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(policies.ForService)).
+		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(policies.BesidePolicy)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(policies.ForEndpointSlice)).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 4}).
 		Named("hedgepolicy-follower").
 		Complete(f)
@@ -119,17 +121,10 @@ func (f *FollowerPublisher) SetupWithManager(mgr ctrl.Manager) error {
 // planFromStatus builds the plan the leader published, or says why the
 // leader published none: the reason the policy is not accepted.
 func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (plan.RoutePlan, string, error) {
-	svcPort, reason, _, err := f.Reconciler.resolveTarget(ctx, policy)
-	if err != nil || reason != "" {
-		return plan.RoutePlan{}, reason, err
-	}
-	// The leader's rule, on the same data: the older policy keeps the port.
-	if reason, _, err := f.Reconciler.conflict(ctx, policy); err != nil || reason != "" {
-		return plan.RoutePlan{}, reason, err
-	}
-	endpoints, err := f.Reconciler.endpointsFor(ctx, policy, svcPort)
-	if err != nil {
-		return plan.RoutePlan{}, "", err
+	// The leader's rules, on the same data: the older policy keeps the port.
+	tgt, err := (&target.Resolver{Reader: f.Client, HostAliases: f.HostAliases}).Resolve(ctx, policy)
+	if err != nil || tgt.Reason != "" {
+		return plan.RoutePlan{}, tgt.Reason, err
 	}
 	// The leader's delay, unless it could not evaluate the policy (an
 	// invalid query): then its route stays, unhedged.
@@ -137,6 +132,6 @@ func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv
 	if d := policy.Status.EffectiveDelay; d != nil && !meta.IsStatusConditionFalse(policy.Status.Conditions, tailcutv1alpha1.ConditionAccepted) {
 		delay = d.Duration
 	}
-	p, err := plan.Build(planInput(policy, delay, endpoints))
+	p, err := tgt.Plan(policy, delay)
 	return p, "", err
 }

@@ -34,6 +34,7 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/target"
 	"github.com/tailcut/tailcut/controllers/xds"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
@@ -52,7 +53,10 @@ func startFollower(t *testing.T, pub publish.Publisher, elected <-chan struct{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &FollowerPublisher{Reconciler: &HedgePolicyReconciler{Client: mgr.GetClient()}, Publisher: pub, Elected: elected}
+	if err := target.IndexPolicies(mgr); err != nil {
+		t.Fatal(err)
+	}
+	f := &FollowerPublisher{Client: mgr.GetClient(), Publisher: pub, Elected: elected}
 	if err := f.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -189,8 +193,8 @@ type syncingPublisher struct {
 	refuse types.NamespacedName
 }
 
-func (p syncingPublisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
-	if client.ObjectKeyFromObject(owner) == p.refuse {
+func (p syncingPublisher) Publish(ctx context.Context, owner publish.Owner, rp plan.RoutePlan) error {
+	if owner.KeyOf(rp) == p.refuse {
 		return fmt.Errorf("refused")
 	}
 	return p.Server.Publish(ctx, owner, rp)

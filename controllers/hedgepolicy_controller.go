@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -43,20 +42,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/target"
 )
-
-// targetNameIndex indexes HedgePolicies by spec.targetRef.name, so a Service or
-// EndpointSlice event finds the policies that name it.
-const targetNameIndex = "spec.targetRef.name"
 
 // HedgePolicyReconciler turns HedgePolicies into published route plans and status.
 type HedgePolicyReconciler struct {
@@ -169,21 +163,15 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	interval := policy.Spec.EffectiveEvaluationInterval()
 	target := policy.Spec.EffectivePublishTarget()
 
-	svcPort, reason, msg, err := r.resolveTarget(ctx, policy)
+	tgt, err := r.targets().Resolve(ctx, policy)
 	if err != nil {
 		return 0, err
 	}
-	if reason == "" {
-		reason, msg, err = r.conflict(ctx, policy)
-		if err != nil {
-			return 0, err
-		}
-	}
-	if reason != "" {
-		r.notAccepted(policy, status, now, reason, msg)
+	if tgt.Reason != "" {
+		r.notAccepted(policy, status, now, tgt.Reason, tgt.Message)
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
 		r.setReady(policy, status, now, false)
-		if reason == tailcutv1alpha1.ReasonConflicted {
+		if tgt.Reason == tailcutv1alpha1.ReasonConflicted {
 			// The older policy routes the Service port.
 			return interval, r.removeEverywhere(ctx, key, "")
 		}
@@ -210,11 +198,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, est.Reason)
 	}
 
-	endpoints, err := r.endpointsFor(ctx, policy, svcPort)
-	if err != nil {
-		return 0, err
-	}
-	p, err := plan.Build(planInput(policy, est.Delay, endpoints))
+	p, err := tgt.Plan(policy, est.Delay)
 	if err != nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, "invalid route plan: "+err.Error())
 		r.setReady(policy, status, now, false)
@@ -240,7 +224,7 @@ func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1a
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
 		return nil
 	}
-	if err := pub.Publish(ctx, policy, p); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, err.Error())
 		if unpublishable := new(publish.UnpublishableError); errors.As(err, &unpublishable) {
 			return nil
@@ -251,145 +235,18 @@ func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1a
 	return nil
 }
 
-// resolveTarget finds the target Service port. A missing target is a reason, not
-// an error: errors are only for API failures.
-func (r *HedgePolicyReconciler) resolveTarget(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (*corev1.ServicePort, string, string, error) {
-	ref := policy.Spec.TargetRef
-	if ref.Kind != "" && ref.Kind != "Service" {
-		return nil, tailcutv1alpha1.ReasonUnsupportedTarget, fmt.Sprintf("targetRef.kind %q is not supported; use Service", ref.Kind), nil
+// ownerOf is the policy as publishers know it.
+func ownerOf(policy *tailcutv1alpha1.HedgePolicy) publish.Owner {
+	o := publish.Owner{Key: client.ObjectKeyFromObject(policy), UID: policy.UID}
+	if policy.Spec.Publish.Istio != nil {
+		o.IstioContext = string(policy.Spec.Publish.Istio.Context)
 	}
-	var svc corev1.Service
-	if err := r.Get(ctx, types.NamespacedName{Namespace: policy.Namespace, Name: ref.Name}, &svc); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, tailcutv1alpha1.ReasonTargetNotFound, fmt.Sprintf("Service %s/%s not found", policy.Namespace, ref.Name), nil
-		}
-		return nil, "", "", err
-	}
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == ref.Port {
-			return &svc.Spec.Ports[i], "", "", nil
-		}
-	}
-	return nil, tailcutv1alpha1.ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %d", policy.Namespace, ref.Name, ref.Port), nil
+	return o
 }
 
-// conflict says whether an older policy hedges the same Service port. Envoy
-// routes a Service port by one policy only, so the oldest (by creation time,
-// then name: the same answer on every replica) keeps it; the others are not
-// accepted, with reason Conflicted naming the winner.
-func (r *HedgePolicyReconciler) conflict(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (string, string, error) {
-	var list tailcutv1alpha1.HedgePolicyList
-	if err := r.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingFields{targetNameIndex: policy.Spec.TargetRef.Name}); err != nil {
-		return "", "", err
-	}
-	var winner *tailcutv1alpha1.HedgePolicy
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.UID == policy.UID || !p.DeletionTimestamp.IsZero() || p.Spec.TargetRef.Port != policy.Spec.TargetRef.Port {
-			continue
-		}
-		if older(p, policy) && (winner == nil || older(p, winner)) {
-			winner = p
-		}
-	}
-	if winner == nil {
-		return "", "", nil
-	}
-	return tailcutv1alpha1.ReasonConflicted, fmt.Sprintf("Service %s port %d is hedged by the older policy %s/%s; one policy per Service port",
-		policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port, winner.Namespace, winner.Name), nil
-}
-
-// older orders policies by creation time, then name.
-func older(a, b *tailcutv1alpha1.HedgePolicy) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
-	}
-	return a.Name < b.Name
-}
-
-// endpointsFor lists the ready endpoints that serve the Service port.
-func (r *HedgePolicyReconciler) endpointsFor(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, svcPort *corev1.ServicePort) ([]plan.Endpoint, error) {
-	var slices discoveryv1.EndpointSliceList
-	if err := r.List(ctx, &slices, client.InNamespace(policy.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: policy.Spec.TargetRef.Name}); err != nil {
-		return nil, err
-	}
-	var out []plan.Endpoint
-	for _, s := range slices.Items {
-		var port *int32
-		for _, p := range s.Ports {
-			if p.Name != nil && *p.Name == svcPort.Name && p.Port != nil {
-				port = p.Port
-			}
-		}
-		if port == nil {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
-			for _, addr := range e.Addresses {
-				for _, ip := range r.endpointIPs(ctx, s.AddressType, addr) {
-					out = append(out, plan.Endpoint{Address: ip, Port: *port})
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// endpointIPs returns the IPs of one EndpointSlice address. Envoy's EDS takes IPs
-// only, so FQDN addresses are resolved here: first in HostAliases, then by DNS
-// (IPv4, bounded by a timeout). An FQDN that does not resolve contributes no
-// endpoint rather than failing the policy.
-func (r *HedgePolicyReconciler) endpointIPs(ctx context.Context, t discoveryv1.AddressType, addr string) []string {
-	if t != discoveryv1.AddressTypeFQDN {
-		return []string{addr}
-	}
-	if ips, ok := r.HostAliases[addr]; ok {
-		return ips
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupIP(ctx, "ip4", addr)
-	if err != nil {
-		logf.FromContext(ctx).Info("FQDN endpoint does not resolve; skipping it", "address", addr, "error", err.Error())
-		return nil
-	}
-	out := make([]string, 0, len(ips))
-	for _, ip := range ips {
-		out = append(out, ip.String())
-	}
-	return out
-}
-
-func planInput(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoints []plan.Endpoint) plan.Input {
-	spec := &policy.Spec
-	match := spec.EffectiveMatch()
-	methods := make([]string, 0, len(match.Methods))
-	for _, m := range match.Methods {
-		methods = append(methods, string(m))
-	}
-	retryOn := make([]string, 0, len(spec.RetryOn))
-	for _, c := range spec.EffectiveRetryOn() {
-		retryOn = append(retryOn, string(c))
-	}
-	budget := spec.EffectiveBudget()
-	return plan.Input{
-		PolicyNamespace: policy.Namespace,
-		PolicyName:      policy.Name,
-		Service:         spec.TargetRef.Name,
-		Port:            spec.TargetRef.Port,
-		PathPrefix:      match.PathPrefix,
-		Methods:         methods,
-		Delay:           delay,
-		MaxHedges:       spec.EffectiveMaxHedges(),
-		RetryOn:         retryOn,
-		BudgetPercent:   budget.MaxExtraLoadPercent,
-		MinConcurrency:  budget.MinRetryConcurrency,
-		Endpoints:       endpoints,
-	}
+// targets resolves policies' targets through the reconciler's client.
+func (r *HedgePolicyReconciler) targets() *target.Resolver {
+	return &target.Resolver{Reader: r.Client, HostAliases: r.HostAliases}
 }
 
 func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps publish.ProgramStatus) {
@@ -639,7 +496,8 @@ func truncate(s string, n int) string {
 }
 
 // SetupWithManager registers the reconciler and the watches that lead back to
-// policies: their target Services and EndpointSlices.
+// policies: their target Services and EndpointSlices. The manager's policies
+// must be indexed by target (target.IndexPolicies).
 func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -647,18 +505,16 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Estimator == nil {
 		r.Estimator = estimate.StaticOnly{}
 	}
-	if err := indexTargets(mgr); err != nil {
-		return err
-	}
+	policies := target.Mappings{Reader: r.Client}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&tailcutv1alpha1.HedgePolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.policiesForService)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(policies.ForService)).
 		// A policy that appears, changes target or goes can settle a conflict
 		// of the others on its Service.
 		// Not on status writes: the reconciler's own would wake it again.
-		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesBesidePolicy),
+		Watches(&tailcutv1alpha1.HedgePolicy{}, handler.EnqueueRequestsFromMapFunc(policies.BesidePolicy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.policiesForEndpointSlice))
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(policies.ForEndpointSlice))
 	for _, o := range r.Owns {
 		b = b.Owns(o)
 	}
@@ -673,48 +529,4 @@ func (r *HedgePolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = 8
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).Named("hedgepolicy").Complete(r)
-}
-
-// indexed holds the field indexers policies are indexed by target in: the
-// reconciler and the follower both need the index, and a second IndexField
-// on one cache fails.
-var indexed sync.Map
-
-// indexTargets indexes the manager's HedgePolicies by target Service name.
-func indexTargets(mgr ctrl.Manager) error {
-	fi := mgr.GetFieldIndexer()
-	if _, done := indexed.LoadOrStore(fi, true); done {
-		return nil
-	}
-	return fi.IndexField(context.Background(), &tailcutv1alpha1.HedgePolicy{}, targetNameIndex,
-		func(o client.Object) []string { return []string{o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name} })
-}
-
-func (r *HedgePolicyReconciler) policiesForService(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.policiesTargeting(ctx, o.GetNamespace(), o.GetName())
-}
-
-func (r *HedgePolicyReconciler) policiesBesidePolicy(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.policiesTargeting(ctx, o.GetNamespace(), o.(*tailcutv1alpha1.HedgePolicy).Spec.TargetRef.Name)
-}
-
-func (r *HedgePolicyReconciler) policiesForEndpointSlice(ctx context.Context, o client.Object) []reconcile.Request {
-	svc := o.GetLabels()[discoveryv1.LabelServiceName]
-	if svc == "" {
-		return nil
-	}
-	return r.policiesTargeting(ctx, o.GetNamespace(), svc)
-}
-
-func (r *HedgePolicyReconciler) policiesTargeting(ctx context.Context, namespace, service string) []reconcile.Request {
-	var list tailcutv1alpha1.HedgePolicyList
-	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{targetNameIndex: service}); err != nil {
-		logf.FromContext(ctx).Error(err, "listing policies for target", "namespace", namespace, "service", service)
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, p := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
-	}
-	return reqs
 }

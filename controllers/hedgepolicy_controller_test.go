@@ -893,7 +893,7 @@ func TestUnpublishablePolicyIsAConditionNotAnError(t *testing.T) {
 
 type refusingPublisher struct{ err error }
 
-func (p refusingPublisher) Publish(context.Context, *tailcutv1alpha1.HedgePolicy, plan.RoutePlan) error {
+func (p refusingPublisher) Publish(context.Context, publish.Owner, plan.RoutePlan) error {
 	return p.err
 }
 func (refusingPublisher) Remove(context.Context, types.NamespacedName) error { return nil }

@@ -45,6 +45,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
+	"github.com/tailcut/tailcut/controllers/target"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
@@ -146,6 +147,10 @@ func run(m *testing.M) int {
 		},
 		Owns:                    []client.Object{istio.NewEnvoyFilter()},
 		MaxConcurrentReconciles: reconcileWorkers,
+	}
+	if err := target.IndexPolicies(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -258,12 +263,12 @@ func (p *recordingPublisher) notify(key types.NamespacedName) {
 	p.events <- event.GenericEvent{Object: &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
 }
 
-func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
+func (p *recordingPublisher) Publish(_ context.Context, owner publish.Owner, rp plan.RoutePlan) error {
 	p.mu.Lock()
 	gate := p.gate
 	p.mu.Unlock()
 	if gate != nil {
-		key := client.ObjectKeyFromObject(owner)
+		key := owner.KeyOf(rp)
 		p.mu.Lock()
 		p.held[key]++
 		p.mu.Unlock()
@@ -276,8 +281,8 @@ func (p *recordingPublisher) Publish(_ context.Context, owner *tailcutv1alpha1.H
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.published[client.ObjectKeyFromObject(owner)] = rp
-	p.calls[client.ObjectKeyFromObject(owner)]++
+	p.published[owner.KeyOf(rp)] = rp
+	p.calls[owner.KeyOf(rp)]++
 	return nil
 }
 

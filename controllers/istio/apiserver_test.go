@@ -181,7 +181,7 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 		return u
 	}
 
-	if err := pub.Publish(ctx, policy, p); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		t.Fatal(err)
 	}
 	first := read()
@@ -200,7 +200,7 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 		t.Errorf("managed fields %v, want one server-side apply by %s", managers, FieldManager)
 	}
 
-	if err := pub.Publish(ctx, policy, p); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		t.Fatal(err)
 	}
 	if again := read(); again.GetResourceVersion() != first.GetResourceVersion() {
@@ -208,7 +208,7 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 	}
 
 	p.Hedge.Delay = 40 * time.Millisecond
-	if err := pub.Publish(ctx, policy, p); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		t.Fatal(err)
 	}
 	changed := read()
@@ -258,7 +258,7 @@ func TestPublisherLeavesAForeignFilterAlone(t *testing.T) {
 		Spec:       tailcutv1alpha1.HedgePolicySpec{Publish: tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio}},
 	}
 	pub := &Publisher{Client: c, Reader: c}
-	err := pub.Publish(ctx, policy, p)
+	err := pub.Publish(ctx, ownerOf(policy), p)
 	var unpublishable *publish.UnpublishableError
 	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
 		t.Fatalf("Publish over a foreign filter: %v, want an UnpublishableError naming it", err)

@@ -571,7 +571,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if err := pub.Publish(ctx, policy, rp); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, "the hedge in Envoy's route", hedged("0.020s"))
@@ -772,7 +772,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 
 	rp.Hedge.Delay = 35 * time.Millisecond
-	if err := pub.Publish(ctx, policy, rp); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, "the new delay in Envoy's route", hedged("0.035s"))

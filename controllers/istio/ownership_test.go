@@ -91,7 +91,7 @@ func TestPublisherUnderOpenShiftsOwnerRules(t *testing.T) {
 	}
 	p.Name = p.Namespace + "/" + name
 	pub := &Publisher{Client: asOperator, Reader: asOperator}
-	if err := pub.Publish(ctx, policy, p); err != nil {
+	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		t.Fatalf("publishing as the operator: %v", err)
 	}
 	filter := NewEnvoyFilter()

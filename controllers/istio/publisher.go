@@ -69,8 +69,8 @@ var _ publish.Publisher = (*Publisher)(nil)
 
 // Publish applies the policy's EnvoyFilter unless the cluster already holds
 // this version.
-func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, rp plan.RoutePlan) error {
-	key := client.ObjectKeyFromObject(owner)
+func (p *Publisher) Publish(ctx context.Context, owner publish.Owner, rp plan.RoutePlan) error {
+	key := owner.KeyOf(rp)
 	filter, err := EnvoyFilter(rp, contextOf(owner))
 	if errors.Is(err, ErrPathPrefix) {
 		return &publish.UnpublishableError{Err: err}
@@ -102,7 +102,7 @@ func (p *Publisher) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePol
 	annotations[AnnotationVersion] = version
 	filter.SetAnnotations(annotations)
 	filter.SetOwnerReferences([]metav1.OwnerReference{{
-		APIVersion: tailcutv1alpha1.GroupVersion.String(), Kind: "HedgePolicy", Name: owner.Name, UID: owner.UID,
+		APIVersion: tailcutv1alpha1.GroupVersion.String(), Kind: "HedgePolicy", Name: key.Name, UID: owner.UID,
 		Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true),
 	}})
 	if err := p.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(filter), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
@@ -169,9 +169,9 @@ func (p *Publisher) get(ctx context.Context, key types.NamespacedName) (*unstruc
 	return u, nil
 }
 
-func contextOf(policy *tailcutv1alpha1.HedgePolicy) tailcutv1alpha1.IstioContext {
-	if policy.Spec.Publish.Istio != nil && policy.Spec.Publish.Istio.Context != "" {
-		return policy.Spec.Publish.Istio.Context
+func contextOf(owner publish.Owner) tailcutv1alpha1.IstioContext {
+	if owner.IstioContext != "" {
+		return tailcutv1alpha1.IstioContext(owner.IstioContext)
 	}
 	return tailcutv1alpha1.IstioSidecarOutbound
 }

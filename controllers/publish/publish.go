@@ -20,10 +20,10 @@ package publish
 
 import (
 	"context"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
-	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/plan"
 )
 
@@ -34,12 +34,35 @@ type Publisher interface {
 	// Publish makes p the configuration of its policy. It returns once the
 	// change is accepted by the publisher; proxies acknowledge it later, which
 	// Status reports.
-	Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error
+	Publish(ctx context.Context, owner Owner, p plan.RoutePlan) error
 	// Remove withdraws everything published for the policy. Removing a policy that
 	// was never published is not an error.
 	Remove(ctx context.Context, key types.NamespacedName) error
 	// Status reports how far proxies took the policy's current configuration.
 	Status(key types.NamespacedName) ProgramStatus
+}
+
+// Owner is the policy a plan is published for, as publishers need it. The
+// contract names no API type: a publisher learns of the policy only this.
+type Owner struct {
+	// Key names the policy; Status and Remove take it. Empty: the plan's
+	// name (namespace/name) is the key.
+	Key types.NamespacedName
+	// UID owns what a publisher writes to the API server (Istio's
+	// EnvoyFilters), so that deleting the policy deletes it.
+	UID types.UID
+	// IstioContext names the proxies an Istio EnvoyFilter patches
+	// (spec.publish.istio.context; empty: sidecars' outbound traffic).
+	IstioContext string
+}
+
+// KeyOf is the owner's key, or the plan's name when the owner names none.
+func (o Owner) KeyOf(p plan.RoutePlan) types.NamespacedName {
+	if o.Key.Name != "" {
+		return o.Key
+	}
+	ns, name, _ := strings.Cut(p.Name, "/")
+	return types.NamespacedName{Namespace: ns, Name: name}
 }
 
 // ProgramStatus is how far proxies took one policy's configuration.

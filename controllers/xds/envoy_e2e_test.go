@@ -45,6 +45,7 @@ import (
 
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -317,7 +318,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		Endpoints: []plan.Endpoint{slow.endpoint(t)},
 	}
 	for _, p := range []plan.RoutePlan{web, slowOnly} {
-		if err := srv.Publish(ctx, nil, p); err != nil {
+		if err := srv.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -485,7 +486,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	}
 	before := updates()
 	web.Hedge = &plan.Hedge{Delay: 30 * time.Millisecond, MaxHedges: 1, RetryOn: web.Hedge.RetryOn}
-	if err := srv.Publish(ctx, nil, web); err != nil {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	v2 := srv.Status(webKey).Version
@@ -505,14 +506,14 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		}
 	}
 	pushes := testutil.ToFloat64(pushesTotal)
-	if err := srv.Publish(ctx, nil, web); err != nil || srv.Status(webKey).Version != v2 || testutil.ToFloat64(pushesTotal) != pushes {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil || srv.Status(webKey).Version != v2 || testutil.ToFloat64(pushesTotal) != pushes {
 		t.Errorf("publishing the same plan again pushed a new version (err %v)", err)
 	}
 	// An endpoint leaving is an EDS push only, and coming back another one.
 	for i, eps := range [][]plan.Endpoint{web.Endpoints[1:], web.Endpoints} {
 		before := updates()
 		web.Endpoints = eps
-		if err := srv.Publish(ctx, nil, web); err != nil {
+		if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Status(webKey).Version))
@@ -538,7 +539,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if err := srv.Publish(ctx, nil, web); err != nil {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatalf("the bad regex must pass proto validation and reach Envoy: %v", err)
 	}
 	v3 := srv.Status(webKey).Version
@@ -577,7 +578,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 
 	// Fixing the plan set publishes a good version again.
 	srv.translator.MutateVirtualHost = nil
-	if err := srv.Publish(ctx, nil, web); err != nil {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "Envoy to ACK the fixed version", programmed(srv.Status(webKey).Version))

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -34,14 +35,14 @@ func TestPublishOneOfManyTranslatesOne(t *testing.T) {
 	s.MarkSynced()
 	plans := harness.ManyPlans(t, 100)
 	for _, p := range plans {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := testutil.ToFloat64(translationsTotal)
 	p := plans[10]
 	p.Hedge.Delay = 44 * time.Millisecond
-	if err := s.Publish(ctx, nil, p); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(translationsTotal) - before; got != 1 {

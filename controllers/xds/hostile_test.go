@@ -33,6 +33,7 @@ import (
 
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -229,7 +230,7 @@ func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate
 		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
 	}
 	mutate(&web)
-	if err := srv.Publish(ctx, nil, web); err != nil {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	srv.MarkSynced(key)

@@ -38,6 +38,7 @@ import (
 
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -73,7 +74,7 @@ func TestXDSMutualTLS(t *testing.T) {
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
 		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
 	}
-	if err := srv.Publish(ctx, nil, web); err != nil {
+	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	srv.MarkSynced(key)

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -41,7 +42,7 @@ func TestPushesAreDebounced(t *testing.T) {
 	plans := harness.ManyPlans(t, 100)
 	start := time.Now()
 	for _, p := range plans {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,10 +67,10 @@ func TestPushesAreDebounced(t *testing.T) {
 	before = testutil.ToFloat64(pushesTotal)
 	changed := plans[3].DeepCopy()
 	changed.Hedge.Delay += time.Millisecond
-	if err := s.Publish(ctx, nil, changed); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, changed); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Publish(ctx, nil, plans[3]); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[3]); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * 200 * time.Millisecond)
@@ -121,7 +122,7 @@ func TestDeferredPublishTranslatesEachPlanOnce(t *testing.T) {
 	plans := harness.ManyPlans(t, 100)
 	translations, assemblies, pushes := testutil.ToFloat64(translationsTotal), testutil.ToFloat64(assembliesTotal), testutil.ToFloat64(pushesTotal)
 	for _, p := range plans {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,12 +144,12 @@ func TestDeferredPublishTranslatesEachPlanOnce(t *testing.T) {
 
 	dup := plans[7].DeepCopy()
 	dup.Name = dup.Namespace + "/another"
-	if err := s.Publish(ctx, nil, dup); !errors.Is(err, plan.ErrDuplicateTarget) {
+	if err := s.Publish(ctx, publish.Owner{}, dup); !errors.Is(err, plan.ErrDuplicateTarget) {
 		t.Errorf("a second plan on one Service port: %v, want ErrDuplicateTarget", err)
 	}
 	bad := plans[8].DeepCopy()
 	bad.Port = 0
-	if err := s.Publish(ctx, nil, bad); !errors.Is(err, plan.ErrPortInvalid) {
+	if err := s.Publish(ctx, publish.Owner{}, bad); !errors.Is(err, plan.ErrPortInvalid) {
 		t.Errorf("an invalid plan: %v, want ErrPortInvalid", err)
 	}
 	if got := s.Status(keyOf(plans[8])).Version; got == "" {

@@ -28,6 +28,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 )
 
 // TestRetiredRouteKeepsTheTraffic is #23's "deleting a policy cuts traffic"
@@ -142,7 +143,7 @@ func TestRetirementEnds(t *testing.T) {
 		return p, ok
 	}
 
-	if err := s.Publish(ctx, nil, web); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Retire(ctx, key); err != nil {
@@ -152,7 +153,7 @@ func TestRetirementEnds(t *testing.T) {
 		t.Fatalf("retired: held %v, hedge %+v; want the route, unhedged", ok, p.Hedge)
 	}
 	// A policy re-created (a GitOps prune and apply) is live again, for good.
-	if err := s.Publish(ctx, nil, web); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * retireAfter)
@@ -166,7 +167,7 @@ func TestRetirementEnds(t *testing.T) {
 	}
 	other := web.DeepCopy()
 	other.Name = web.Namespace + "/other"
-	if err := s.Publish(ctx, nil, other); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, other); err != nil {
 		t.Fatalf("a new policy on a retired route's Service port: %v", err)
 	}
 	if _, ok := held(key); ok {
@@ -202,7 +203,7 @@ func TestRetirementEnds(t *testing.T) {
 
 	now := NewServer(ServerOptions{Logger: logr.Discard()})
 	now.MarkSynced()
-	if err := now.Publish(ctx, nil, web); err != nil {
+	if err := now.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	if err := now.Retire(ctx, key); err != nil {

@@ -35,6 +35,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -42,13 +43,13 @@ func testPlans(t *testing.T) []plan.RoutePlan {
 	return harness.LoadPlanCase(t, filepath.Join("..", "envoyconf", "testdata", "in", "several-ports.yaml")).Plans
 }
 
-func keyOf(p plan.RoutePlan) k8stypes.NamespacedName { return planKey(nil, p) }
+func keyOf(p plan.RoutePlan) k8stypes.NamespacedName { return publish.Owner{}.KeyOf(p) }
 
 func TestServerWaitsForSync(t *testing.T) {
 	ctx := context.Background()
 	plans := testPlans(t)
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
-	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[0]); err != nil {
 		t.Fatal(err)
 	}
 	if s.Version() != "" {
@@ -58,7 +59,7 @@ func TestServerWaitsForSync(t *testing.T) {
 	if s.Version() != "" {
 		t.Fatal("snapshot while expected policies are still missing")
 	}
-	if err := s.Publish(ctx, nil, plans[1]); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[1]); err != nil {
 		t.Fatal(err)
 	}
 	if s.Version() != "" {
@@ -88,7 +89,7 @@ func TestServerNeverServesAPartialFirstSnapshot(t *testing.T) {
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
 	slowKey := k8stypes.NamespacedName{Namespace: "shop", Name: "slow-to-reconcile"}
 	s.MarkSynced(keyOf(plans[0]), slowKey)
-	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReadyzCheck(nil); err == nil {
@@ -113,7 +114,7 @@ func TestServerKeepsLastGoodSet(t *testing.T) {
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
 	s.MarkSynced()
 	for _, p := range plans {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,7 +123,7 @@ func TestServerKeepsLastGoodSet(t *testing.T) {
 
 	dup := plans[0]
 	dup.Name = "shop/duplicate"
-	if err := s.Publish(ctx, nil, dup); !errors.Is(err, plan.ErrDuplicateTarget) {
+	if err := s.Publish(ctx, publish.Owner{}, dup); !errors.Is(err, plan.ErrDuplicateTarget) {
 		t.Fatalf("conflicting plan: got %v", err)
 	}
 	if s.Version() != v || testutil.ToFloat64(pushesTotal) != pushes {
@@ -132,7 +133,7 @@ func TestServerKeepsLastGoodSet(t *testing.T) {
 		t.Errorf("a rejected plan has status %+v", st)
 	}
 	// Same plans again: no new version, no push.
-	if err := s.Publish(ctx, nil, plans[1]); err != nil || s.Version() != v || testutil.ToFloat64(pushesTotal) != pushes {
+	if err := s.Publish(ctx, publish.Owner{}, plans[1]); err != nil || s.Version() != v || testutil.ToFloat64(pushesTotal) != pushes {
 		t.Errorf("republishing an equal plan pushed (err %v)", err)
 	}
 	if err := s.Remove(ctx, keyOf(plans[0])); err != nil || s.Version() == v {
@@ -152,7 +153,7 @@ func TestServerAckNack(t *testing.T) {
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
 	s.MarkSynced()
 	p := testPlans(t)[0]
-	if err := s.Publish(ctx, nil, p); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 		t.Fatal(err)
 	}
 	v := s.Status(keyOf(p)).Version
@@ -189,7 +190,7 @@ func TestServerAckNack(t *testing.T) {
 
 	// A new version, NACKed for RDS.
 	p.Hedge.Delay += time.Millisecond
-	if err := s.Publish(ctx, nil, p); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 		t.Fatal(err)
 	}
 	v2, rv2 := s.Status(keyOf(p)).Version, s.versions[resourcev3.RouteType]
@@ -279,10 +280,10 @@ func TestServerRetriesAFailedPush(t *testing.T) {
 	s.cache = fc
 	s.MarkSynced()
 	fc.failures = 1
-	if err := s.Publish(ctx, nil, plans[0]); err == nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[0]); err == nil {
 		t.Fatal("Publish reported success although the snapshot was not set")
 	}
-	if err := s.Publish(ctx, nil, plans[0]); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, plans[0]); err != nil {
 		t.Fatalf("the retry failed: %v", err)
 	}
 	snap, err := fc.GetSnapshot(nodeGroup)
@@ -310,7 +311,7 @@ func TestStatusIsPerPolicy(t *testing.T) {
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
 	s.MarkSynced()
 	for _, p := range []plan.RoutePlan{web, other} {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -341,7 +342,7 @@ func TestStatusIsPerPolicy(t *testing.T) {
 
 	// web's delay changes: only web is pending, and only its version moves.
 	web.Hedge.Delay += time.Millisecond
-	if err := s.Publish(ctx, nil, web); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Status(keyOf(other)); st.Programmed != 1 || st.Serving != 1 || st.Version != otherVersion {
@@ -400,7 +401,7 @@ func TestAPolicyThatTakesOverAServicePortIsProgrammed(t *testing.T) {
 					_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a"}, TypeUrl: typ, VersionInfo: servedVersion(s, typ), ResponseNonce: n})
 				}
 			}
-			if err := s.Publish(ctx, nil, old); err != nil {
+			if err := s.Publish(ctx, publish.Owner{}, old); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "the old policy pushed", func() bool { return s.Status(keyOf(old)).Version != "" })
@@ -416,7 +417,7 @@ func TestAPolicyThatTakesOverAServicePortIsProgrammed(t *testing.T) {
 			if err := s.Remove(ctx, keyOf(old)); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Publish(ctx, nil, successor); err != nil {
+			if err := s.Publish(ctx, publish.Owner{}, successor); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "the successor pushed", func() bool { return s.Status(keyOf(successor)).Version != "" })
@@ -462,7 +463,7 @@ func TestEventsOnlyForChangedPolicies(t *testing.T) {
 		}
 	}
 	for _, p := range []plan.RoutePlan{web, other} {
-		if err := s.Publish(ctx, nil, p); err != nil {
+		if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -470,7 +471,7 @@ func TestEventsOnlyForChangedPolicies(t *testing.T) {
 		t.Fatalf("after publishing both: events %v, want one each", got)
 	}
 	web.Hedge.Delay += time.Millisecond
-	if err := s.Publish(ctx, nil, web); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
 	if got := received(); got[web.Name] != 1 || got[other.Name] != 0 {
@@ -495,7 +496,7 @@ func TestReconnectedProxyIsProgrammed(t *testing.T) {
 	s := NewServer(ServerOptions{Logger: logr.Discard()})
 	s.MarkSynced()
 	p := testPlans(t)[0]
-	if err := s.Publish(ctx, nil, p); err != nil {
+	if err := s.Publish(ctx, publish.Owner{}, p); err != nil {
 		t.Fatal(err)
 	}
 	cb := callbacks{s}
@@ -531,7 +532,7 @@ func TestReconnectedProxyIsProgrammed(t *testing.T) {
 		_ = cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a"}, TypeUrl: typ, VersionInfo: s.versions[typ]})
 	}
 	again.MarkSynced()
-	if err := again.Publish(ctx, nil, p); err != nil {
+	if err := again.Publish(ctx, publish.Owner{}, p); err != nil {
 		t.Fatal(err)
 	}
 	if st := again.Status(keyOf(p)); st.Programmed != 1 {

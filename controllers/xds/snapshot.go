@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -32,9 +31,9 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/controllers/publish"
 )
 
 // MarkSynced allows the server to serve snapshots. Until then Publish and Remove
@@ -114,8 +113,8 @@ func (s *Server) Synced() bool {
 //
 // A live policy's plan ends the retirement (Retire) of its own route, and of
 // any retired route on the same Service port.
-func (s *Server) Publish(ctx context.Context, owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) error {
-	key := planKey(owner, p)
+func (s *Server) Publish(ctx context.Context, owner publish.Owner, p plan.RoutePlan) error {
+	key := owner.KeyOf(p)
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	if err := s.endRetirementsLocked(ctx, key, p); err != nil {
@@ -238,14 +237,6 @@ func (s *Server) seenLocked(key k8stypes.NamespacedName) {
 	if len(s.pending) == 0 && !s.Synced() {
 		s.finishSyncLocked()
 	}
-}
-
-func planKey(owner *tailcutv1alpha1.HedgePolicy, p plan.RoutePlan) k8stypes.NamespacedName {
-	if owner != nil {
-		return k8stypes.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
-	}
-	ns, name, _ := strings.Cut(p.Name, "/")
-	return k8stypes.NamespacedName{Namespace: ns, Name: name}
 }
 
 // applyLocked translates the plan set and, once synced, hands a snapshot with
