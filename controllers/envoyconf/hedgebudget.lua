@@ -11,18 +11,22 @@
 -- hedged route's metadata (account, ratio, window, hedges, late_below,
 -- late_ms; plan.HedgeWindow and the plan's constants next to it):
 --
--- * The account counts, for each of the last `window` whole seconds of
---   os.time() (the current one included), the requests that arrived and the
---   hedges committed to.
--- * A request may be hedged only if, with its own hedges, the hedges
---   committed within the window stay within `ratio` of the requests that
---   arrived within it. Its hedges (`hedges`, the policy's maxHedges, or fewer
---   when fewer fit) are committed when it arrives, since Envoy sends them
---   later, when the request has run past the delay. Envoy counts hedges and
---   failure retries alike against the route's num_retries (`retries`, when
---   set: on a mesh it keeps the mesh's failure retries), so a hedged request
---   leaves with x-envoy-max-retries set to its hedges when they are fewer.
---   A request that fits none
+-- * The account counts, for each of the last 2 x `window` + 1 whole seconds
+--   of os.time() (the current one included), the requests that arrived and
+--   the hedges committed to.
+-- * A request may be hedged only if, with its own hedges, every stretch of
+--   the last k seconds, k from window+1 to 2 x window+1, holds hedges within
+--   `ratio` of the requests of its newest k-1 seconds. So any stretch of
+--   window seconds or more, wherever it starts, holds at most `ratio` of its
+--   own requests in hedges: a check of the window alone let a stretch that
+--   starts before a cluster of slow requests spend what the seconds before
+--   it left unused (#26). Its hedges (`hedges`, the policy's maxHedges, or
+--   fewer when fewer fit) are committed when it arrives, since Envoy sends
+--   them later, when the request has run past the delay. Envoy counts hedges
+--   and failure retries alike against the route's num_retries (`retries`,
+--   when set: on a mesh it keeps the mesh's failure retries), so a hedged
+--   request leaves with x-envoy-max-retries set to its hedges when they are
+--   fewer. A request that fits none
 --   goes out with x-envoy-upstream-rq-per-try-timeout-ms: 0: no per-try
 --   timeout, so Envoy does not hedge it, while it still retries a reset or
 --   a failed connection as the route allows. (x-envoy-max-retries: 0, as
@@ -40,19 +44,14 @@
 --   hedged half a delay later.
 -- * When the answer comes, the hedges Envoy did not send
 --   (x-envoy-attempt-count, which the filter then removes) are given back to
---   the second they were committed in, if it is still in the window. The
+--   the second they were committed in, if it is still in the history. The
 --   filter removes the attempt count from the answers of tailcut's other
 --   routes too (metadata `owned`).
 --
--- So a hedge is committed only while the window's hedges stay within `ratio`
--- of its requests. When a second leaves the window, its requests leave with
--- it while hedges it paid for may still be counted in later seconds, and the
--- window then refuses hedges until requests make up for them. Over a stretch
--- of `window` seconds that does not start on a whole second, hedges may
--- exceed `ratio` of its requests by what the seconds before it left unused:
--- little in a steady stream, where hedges use the budget as they come. A
--- commitment whose answer never comes leaves with its second.
---
+-- A commitment whose answer never comes stays for the account's history.
+-- In a steady stream at most `ratio` x window/(window+1) is hedged: the
+-- first second of each stretch pays for nothing.
+
 -- Lua state is per worker thread: each worker keeps its own accounts, and
 -- each holds the ratio for its own requests. An account that saw no request
 -- for two windows holds nothing and is dropped, so that accounts of deleted
@@ -90,8 +89,9 @@ local function account(handle)
     -- A new window cannot take back what the old one committed: answers
     -- to requests of an older account give nothing back to this one.
     generation = generation + 1
-    a = {window = terms.window, generation = generation, now = 0, slots = {}, requests = 0, committed = 0}
-    for i = 0, terms.window - 1 do
+    a = {window = terms.window, size = 2 * terms.window + 1, generation = generation, now = 0,
+      slots = {}, earlier = 0, stale = true}
+    for i = 0, a.size - 1 do
       a.slots[i] = {second = -1, requests = 0, committed = 0}
     end
     accounts[terms.account] = a
@@ -99,22 +99,53 @@ local function account(handle)
   return a, terms
 end
 
--- advance moves the account to second `now`: the seconds that left the
--- window leave the totals, and every second since the last call gets an
--- empty slot (a slot serves the seconds that are `window` apart). A clock
+-- at is the slot of second s, or nil when s is not in the history.
+local function at(a, s)
+  local slot = a.slots[s % a.size]
+  if s >= 0 and slot.second == s then
+    return slot
+  end
+  return nil
+end
+
+-- credit is the least, over the stretches of k seconds (k from window+1 to
+-- 2 x window+1, the current second the newest), of ratio x the requests of
+-- the stretch's seconds before the current one but its first, less the
+-- hedges committed in them: what the earlier seconds leave to hedge.
+local function credit(a, ratio)
+  local requests, committed, least = 0, 0, math.huge
+  for age = 1, 2 * a.window do
+    local slot = at(a, a.now - age)
+    if slot ~= nil then
+      committed = committed + slot.committed
+    end
+    if age >= a.window then
+      least = math.min(least, ratio * requests - committed)
+    end
+    if slot ~= nil then
+      requests = requests + slot.requests
+    end
+  end
+  return least
+end
+
+-- advance moves the account to second `now`, giving every second since the
+-- last call an empty slot, and returns the current second's slot. A clock
 -- that steps back keeps counting in the latest second.
-local function advance(a, now)
-  if now <= a.now then
-    return a.slots[a.now % a.window]
+local function advance(a, now, ratio)
+  if now > a.now then
+    for s = math.max(a.now + 1, now - a.size + 1), now do
+      local slot = a.slots[s % a.size]
+      slot.second, slot.requests, slot.committed = s, 0, 0
+    end
+    a.now = now
+    a.stale = true
   end
-  for s = math.max(a.now + 1, now - a.window + 1), now do
-    local slot = a.slots[s % a.window]
-    a.requests = a.requests - slot.requests
-    a.committed = a.committed - slot.committed
-    slot.second, slot.requests, slot.committed = s, 0, 0
+  if a.stale then
+    a.earlier = credit(a, ratio)
+    a.stale = false
   end
-  a.now = now
-  return a.slots[now % a.window]
+  return a.slots[a.now % a.size]
 end
 
 -- sweep drops, once a second, the accounts that saw no request for two
@@ -142,10 +173,9 @@ function envoy_on_request(request_handle)
   for _, name in ipairs(CLIENT_HEADERS) do
     headers:remove(name)
   end
-  local slot = advance(a, now)
+  local slot = advance(a, now, terms.ratio)
   slot.requests = slot.requests + 1
-  a.requests = a.requests + 1
-  local left = terms.ratio * a.requests - a.committed
+  local left = a.earlier + terms.ratio * slot.requests - slot.committed
   local fit = math.min(terms.hedges, math.floor(left))
   if fit < 1 then
     headers:add("x-envoy-upstream-rq-per-try-timeout-ms", "0")
@@ -158,7 +188,6 @@ function envoy_on_request(request_handle)
     headers:add("x-envoy-upstream-rq-per-try-timeout-ms", tostring(terms.late_ms))
   end
   slot.committed = slot.committed + fit
-  a.committed = a.committed + fit
   local info = request_handle:streamInfo():dynamicMetadata()
   info:set(FILTER, "committed", fit)
   info:set(FILTER, "second", slot.second)
@@ -183,9 +212,11 @@ function envoy_on_response(response_handle)
     return
   end
   local unused = mine.committed - math.min(mine.committed, attempts - 1)
-  local slot = a.slots[mine.second % a.window]
-  if unused > 0 and slot.second == mine.second then
+  local slot = at(a, mine.second)
+  if unused > 0 and slot ~= nil then
     slot.committed = slot.committed - unused
-    a.committed = a.committed - unused
+    if mine.second ~= a.now then
+      a.stale = true
+    end
   end
 end

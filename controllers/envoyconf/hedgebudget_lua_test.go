@@ -240,3 +240,57 @@ result = tostring(s.hdrs["x-envoy-attempt-count"])`)
 		}
 	}
 }
+
+// TestLuaNoStretchGoesOverTheBudget runs the Proxy-Wasm account's stretch
+// test (hedgeaccount's TestNoStretchGoesOverTheBudget) on the Lua account:
+// 200 requests a second for 240 s, none slow for 60 s, then every hedged
+// request keeps its hedge for 90 s, then one in ten. Every stretch of whole
+// seconds s..e, 31 to 61 seconds long, must hold at most 5% of the requests
+// of s+1..e in hedges.
+func TestLuaNoStretchGoesOverTheBudget(t *testing.T) {
+	L := newLuaAccount(t)
+	doLua(t, L, `
+hedged = {}
+for sec = 0, 239 do
+  now = 1000000 + sec
+  hedged[sec + 1] = 0
+  for i = 0, 199 do
+    local s = stream(terms("ns/web"), {})
+    envoy_on_request(s)
+    local granted = s.hdrs["x-envoy-upstream-rq-per-try-timeout-ms"] ~= "0"
+    local slow = (sec >= 60 and sec < 150) or (sec >= 150 and i % 10 == 0)
+    local attempts = "1"
+    if granted and slow then
+      hedged[sec + 1] = hedged[sec + 1] + 1
+      attempts = "2"
+    end
+    s.hdrs = {["x-envoy-attempt-count"] = attempts}
+    envoy_on_response(s)
+  end
+end`)
+	tbl := L.GetGlobal("hedged").(*lua.LTable)
+	hedges := make([]int, tbl.Len())
+	for i := range hedges {
+		hedges[i] = int(lua.LVAsNumber(tbl.RawGetInt(i + 1)))
+	}
+	total := 0
+	for s := range hedges {
+		if s >= 60 && s < 150 {
+			total += hedges[s]
+		}
+		h, r := 0, 0
+		for e := s; e < len(hedges) && e-s+1 <= 61; e++ {
+			h += hedges[e]
+			if e > s {
+				r += 200
+			}
+			if e-s+1 >= 31 && float64(h) > 0.05*float64(r)+1e-9 {
+				t.Fatalf("seconds %d..%d: %d hedges for %d requests after the first second (%.2f%%), over the 5%% budget", s, e, h, r, 100*float64(h)/float64(r))
+			}
+		}
+	}
+	if total < 850 {
+		t.Errorf("every request slow for 90 s: %d hedges, want at least 850 (30/31 of the budget's 900)", total)
+	}
+	t.Logf("%d hedges while every request was slow", total)
+}

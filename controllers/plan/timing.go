@@ -44,12 +44,14 @@ const (
 	HostSelectionRetryMaxAttempts = 3
 
 	// HedgeWindow is the hedge account's window: a request may be hedged
-	// only if, with its own hedges, the hedges committed within the window
-	// stay within HedgeRatio of the requests that arrived in it. A sliding
-	// window, not a token bucket: a bucket small enough to keep a 30 s
+	// only if, with its own hedges, every stretch of the last window+1 to
+	// 2 x window+1 seconds holds hedges within HedgeRatio of the requests
+	// of all its seconds but the first (hedgeaccount's account), so that no
+	// stretch of a window or more goes over the budget. Sliding stretches,
+	// not a token bucket: a bucket small enough to keep a 30 s
 	// stretch within the budget (a few hedges) is too small for slow
-	// requests, which come in random clusters; the window lets the budget
-	// that quiet seconds leave unused pay for the busy ones. 30 s is the span
+	// requests, which come in random clusters; a stretch lets the budget
+	// that its quiet seconds leave unused pay for its busy ones. 30 s is the span
 	// over which the budget is measured (the brownout test's windows, the
 	// dashboards' rates).
 	HedgeWindow = 30 * time.Second

@@ -16,16 +16,17 @@ limitations under the License.
 
 // Command hedgeaccount is tailcut's hedge account on its own Envoy: a
 // Proxy-Wasm module (ABI 0.2.1) that keeps each policy's hedges within its
-// budget over a sliding window, in the data path.
+// budget over every stretch of a window or more, in the data path.
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o hedge-account.wasm ./controllers/envoyconf/hedgeaccount
 //
 // Envoy's retry_budget does not bound hedges: a retry holds its place in the
 // budget only while it waits out its back-off (1 ms on a hedged route), not
 // while it runs. The account (account.go) counts, per policy and Envoy
-// worker, the requests of the last Window seconds and the hedges committed to
-// them; a request may be hedged only while, with its hedges, the committed
-// hedges stay within Ratio of the requests. Hedges are committed when the
+// worker, the requests of the last 2 x Window + 1 seconds and the hedges
+// committed to them; a request may be hedged only while, with its hedges,
+// every stretch of Window+1 seconds or more keeps its hedges within Ratio of
+// the requests of all its seconds but the first. Hedges are committed when the
 // request arrives, since Envoy sends them later, and the ones Envoy did not
 // send are given back when the stream ends: proxy_on_log runs for every
 // stream, answered or reset by its client, and the stream's upstream attempt
