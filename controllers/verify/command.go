@@ -128,7 +128,8 @@ func parse(args []string, stderr io.Writer) (Options, extraFlags, error) {
 		fmt.Fprint(stderr, `Usage: tailcut verify --url URL (--policy NS/NAME | --host HOST --budget-percent N) [flags]
 
 An A/B run on a Service: the hedged route and an unhedged reference at the
-same constant rate, through the same proxy to the same pods. Prints a table
+same rate (independent random arrivals), through the same proxy to the same
+pods. Prints a table
 (and --json), exits 0 on PASS, 1 on FAIL (or an invalid run), 2 on an error.
 The verdict checks every promise: the tail ratio, the extra load against the
 policy's budget, no errors, a rate the generator kept, no duplicated POSTs.

@@ -43,12 +43,14 @@ func Generator() string {
 	return "vegeta (version unknown)"
 }
 
-// A stream is one constant-rate stream of requests: an arm of the A/B, or the
-// POSTs. Every stream starts at the same instant and runs settle + duration.
+// A stream is one stream of requests at a mean rate: an arm of the A/B, or
+// the POSTs. Every stream starts at the same instant and runs settle +
+// duration.
 type stream struct {
-	name    string
-	rate    int
-	targets []vegetaTarget
+	name     string
+	rate     int
+	arrivals Arrivals
+	targets  []vegetaTarget
 }
 
 // Limits are the generator's own limits. A generator that runs out of
@@ -75,7 +77,7 @@ func DefaultLimits() Limits {
 
 // sample is one request's outcome, with its place in the schedule.
 type sample struct {
-	scheduled time.Duration // since the run's start: seq / rate
+	scheduled time.Duration // since the run's start (schedule)
 	lag       time.Duration // sent this long after its scheduled time
 	latency   time.Duration
 	ok        bool
@@ -117,8 +119,8 @@ func attack(ctx context.Context, streams []stream, settle, duration time.Duratio
 			vegeta.MaxBody(0),
 			vegeta.KeepAlive(true),
 		)
-		pacer := vegeta.ConstantPacer{Freq: st.rate, Per: time.Second}
-		interval := time.Second / time.Duration(st.rate)
+		at := schedule(st.arrivals, st.name, st.rate, settle, duration)
+		pacer := schedulePacer{at: at, rate: float64(st.rate)}
 		wg.Go(func() {
 			// vegeta takes its own start a moment after this one, so the lag
 			// below is an upper bound by that moment (microseconds).
@@ -128,8 +130,7 @@ func attack(ctx context.Context, streams []stream, settle, duration time.Duratio
 			defer stop()
 			samples := make([]sample, 0, int(float64(st.rate)*(settle+duration).Seconds())+1)
 			for r := range results {
-				// vegeta's constant pacer sends hit n (from 0) at (n+1) intervals.
-				scheduled := time.Duration(r.Seq+1) * interval
+				scheduled := at[min(r.Seq, uint64(len(at)-1))]
 				s := sample{
 					scheduled: scheduled,
 					lag:       r.Timestamp.Sub(began) - scheduled,

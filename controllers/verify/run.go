@@ -230,17 +230,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
-// streams are the hedged arm, the unhedged arm and the POSTs.
+// streams are the hedged arm, the unhedged arm and the POSTs, each with
+// independent arrivals.
 func (o *Options) streams() []stream {
 	host := map[string][]string{"Host": {o.Host}}
 	bypass := http.Header{"Host": {o.Host}}
 	bypass.Set(BypassHeader, "1")
-	out := []stream{{name: ArmHedged, rate: o.Rate, targets: []vegetaTarget{get(o.URL, host)}}}
+	out := []stream{{name: ArmHedged, rate: o.Rate, arrivals: Independent, targets: []vegetaTarget{get(o.URL, host)}}}
 	switch o.Unhedged {
 	case ArmBypass:
-		out = append(out, stream{name: ArmBypass, rate: o.Rate, targets: []vegetaTarget{get(o.URL, bypass)}})
+		out = append(out, stream{name: ArmBypass, rate: o.Rate, arrivals: Independent, targets: []vegetaTarget{get(o.URL, bypass)}})
 	case ArmDirect:
-		direct := stream{name: ArmDirect, rate: o.Rate}
+		direct := stream{name: ArmDirect, rate: o.Rate, arrivals: Independent}
 		path := pathOf(o.URL)
 		for _, u := range o.DirectURLs {
 			direct.targets = append(direct.targets, get(strings.TrimRight(u, "/")+path, nil))
@@ -250,7 +251,7 @@ func (o *Options) streams() []stream {
 	if o.PostRate > 0 {
 		post := vegetaTarget{Method: http.MethodPost, URL: o.URL, Body: []byte("{}"),
 			Header: map[string][]string{"Host": {o.Host}, "Content-Type": {"application/json"}}}
-		out = append(out, stream{name: ArmPost, rate: o.PostRate, targets: []vegetaTarget{post}})
+		out = append(out, stream{name: ArmPost, rate: o.PostRate, arrivals: Independent, targets: []vegetaTarget{post}})
 	}
 	return out
 }
