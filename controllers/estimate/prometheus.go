@@ -50,10 +50,15 @@ type PrometheusOptions struct {
 }
 
 // Prometheus derives the hedge delay of Auto policies from latency histograms
-// and hedge counters in Prometheus. It keeps no state of its own: the previous
-// decision is read from the policy's status, and time comes only from the now
-// argument of Estimate (it is also the evaluation time of every query). Static
-// policies are answered without a query.
+// and hedge counters in Prometheus. With a sampler attached it remembers its
+// last decision for each policy (decisions) and takes a new one only when the
+// sampler made the policy due, the spec changed or an interval passed: a
+// proxy's ACK, which reconciles the policy, is answered with the decision in
+// force. The delay in force and when it last changed are read from the
+// policy's status, which seeds the first decision after a start or a
+// failover. Time comes only from the now argument of Estimate (it is also
+// the evaluation time of every query). Static policies are answered without a
+// query.
 //
 // What it reads, over the span readSpan picks (since the last delay change,
 // at most one window):
@@ -81,6 +86,9 @@ type Prometheus struct {
 	// memory, once a Sampler is attached, is what it read: Estimate then
 	// sends no query.
 	memory *memory
+	// decided, with the sampler, is what Estimate last decided for each
+	// policy (decisions).
+	decided *decisions
 }
 
 var _ Estimator = (*Prometheus)(nil)
@@ -109,6 +117,11 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		res := Static(spec)
 		record(policy, res, "")
 		return res, nil
+	}
+	if p.decided != nil {
+		if res, ok := p.decided.current(policy, now); ok {
+			return res, nil
+		}
 	}
 	auto := spec.EffectiveAuto()
 	sp := readSpan(policy, &auto, now)
@@ -142,6 +155,9 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		failed = res.DerivedReason
 	}
 	record(policy, res, failed)
+	if p.decided != nil {
+		p.decided.remember(policy, now, res)
+	}
 	return res, nil
 }
 

@@ -124,6 +124,7 @@ var (
 // receives the policies to evaluate after each tick.
 func (p *Prometheus) Sampler(list PolicyLister, notify chan<- event.GenericEvent, log logr.Logger) *Sampler {
 	p.memory = &memory{own: map[types.NamespacedName]ownReading{}}
+	p.decided = newDecisions()
 	return &Sampler{p: p, list: list, notify: notify, log: log, notified: map[types.NamespacedName]time.Time{}, unread: map[types.NamespacedName]bool{}}
 }
 
@@ -333,6 +334,7 @@ func (s *Sampler) due(auto []*tailcutv1alpha1.HedgePolicy, now time.Time, tick t
 		}
 		s.notified[key] = now
 		s.unread[key] = !s.readable(p, now)
+		s.p.decided.markDue(key)
 		due = append(due, p)
 	}
 	if len(s.notified) > len(auto) {
@@ -346,6 +348,7 @@ func (s *Sampler) due(auto []*tailcutv1alpha1.HedgePolicy, now time.Time, tick t
 				delete(s.unread, key)
 			}
 		}
+		s.p.decided.forget(func(key types.NamespacedName) bool { return current[key] })
 	}
 	return due
 }

@@ -1,0 +1,134 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package estimate
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+)
+
+// mustCDF is a latency histogram from cumulative counts at bucket bounds in
+// milliseconds.
+func mustCDF(t *testing.T, cum map[float64]float64) *cdf {
+	t.Helper()
+	points := map[float64]float64{}
+	top := 0.0
+	for ms, n := range cum {
+		points[ms/1000] = n
+		top = math.Max(top, n)
+	}
+	points[math.Inf(1)] = top
+	c, err := newCDF(points)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestDecideOverReadings is #25's table of decide alone: readings in, a
+// decision out, no Prometheus and no sampler. The expected values are the
+// buckets' arithmetic: of 2,000 requests, 1,920 fall in Envoy's bucket le=16
+// (a circllhist bin: faster than 17 ms) and 80 in le=120; the bucket le=14
+// leaves all 2,000 past it, le=16 leaves 4%, within a 5% budget, so the
+// delay is 17 ms plus the 10% margin: 18.7 ms, the local stack's delay.
+func TestDecideOverReadings(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	bimodal := func(t *testing.T) *cdf { return mustCDF(t, map[float64]float64{14: 0, 16: 1920, 110: 1920, 120: 2000}) }
+	inForce := func(d time.Duration) func(*tailcutv1alpha1.HedgePolicy) {
+		return func(p *tailcutv1alpha1.HedgePolicy) {
+			p.Status.EffectiveDelay = dur(d)
+			p.Status.DelaySource = tailcutv1alpha1.DelaySourcePrometheus
+			changed := metav1.NewTime(now.Add(-10 * time.Minute))
+			p.Status.LastDelayChange = &changed
+		}
+	}
+	spanAt := func(d time.Duration) span {
+		sp := span{rng: 2 * time.Minute, since: now.Add(-2 * time.Minute), delay: d, censorAt: math.Inf(1)}
+		if d > 0 {
+			sp.censorAt = d.Seconds()
+		}
+		return sp
+	}
+	cases := []struct {
+		name     string
+		inForce  time.Duration
+		readings func(t *testing.T) readings
+		check    func(t *testing.T, res Result)
+	}{
+		{"first delay, hedging off: in the fast mode", 0, func(t *testing.T) readings {
+			return readings{cdf: bimodal(t), edge: envoyEdge, samples: 2000, hedge: &hedgeReading{requests: 2000}}
+		}, func(t *testing.T, res Result) {
+			if !res.Derived || res.Source != tailcutv1alpha1.DelaySourcePrometheus || res.Delay != 18700*time.Microsecond {
+				t.Errorf("delay %s from %s (derived %v), want 18.7ms from Prometheus", res.Delay, res.Source, res.Derived)
+			}
+		}},
+		{"over budget: raised", 18700 * time.Microsecond, func(t *testing.T) readings {
+			// 9% hedged at 18.7 ms: the budget is 5%.
+			return readings{cdf: bimodal(t), edge: envoyEdge, samples: 2000, hedge: &hedgeReading{requests: 2000, retries: 180}}
+		}, func(t *testing.T, res Result) {
+			if res.Delay <= 18700*time.Microsecond || !strings.Contains(res.Reason, "over budget: raising from 18.7ms") {
+				t.Errorf("delay %s (%s), want above 18.7ms, raised for the budget", res.Delay, res.Reason)
+			}
+		}},
+		{"no data: the fallback", 18700 * time.Microsecond, func(t *testing.T) readings {
+			return readings{fail: newNoData(tailcutv1alpha1.ReasonQueryTimeout, "histogram query got no answer within 5s")}
+		}, func(t *testing.T, res Result) {
+			if res.Derived || res.DerivedReason != tailcutv1alpha1.ReasonQueryTimeout {
+				t.Errorf("derived %v (%s), want not derived, QueryTimeout", res.Derived, res.DerivedReason)
+			}
+		}},
+		{"too few samples before any derivation", 0, func(t *testing.T) readings {
+			return readings{thin: "60 requests, fewer than minSamples 100", samples: 60}
+		}, func(t *testing.T, res Result) {
+			if res.Derived || res.DerivedReason != tailcutv1alpha1.ReasonTooFewSamples || res.Source == tailcutv1alpha1.DelaySourcePrometheus {
+				t.Errorf("derived %v (%s) from %s, want not derived, TooFewSamples, not from Prometheus", res.Derived, res.DerivedReason, res.Source)
+			}
+		}},
+		{"queueing while hedging: paused", 20 * time.Millisecond, func(t *testing.T) readings {
+			// A window ago: 2,000 requests spread over (10, 20] ms (median
+			// 15, p10 11). Now: 10% still by 12 ms (p10 12, under 1.2 x 11),
+			// the rest spread to 40 ms (median 24.4, over 1.5 x 15), with
+			// 4% hedged (over half the 5% budget).
+			before := mustCDF(t, map[float64]float64{10: 0, 20: 2000})
+			queued := mustCDF(t, map[float64]float64{10: 0, 12: 200, 40: 2000})
+			return readings{cdf: queued, edge: envoyEdge, samples: 2000, prev: before, last: queued, earlier: queued,
+				hedge: &hedgeReading{requests: 2000, retries: 80}}
+		}, func(t *testing.T, res Result) {
+			if res.Delay != 0 || res.DerivedReason != tailcutv1alpha1.ReasonHedgingHurts {
+				t.Errorf("delay %s (%s: %s), want hedging paused for HedgingHurts", res.Delay, res.DerivedReason, res.Reason)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Delay.Auto.Window = dur(2 * time.Minute) })
+			if tc.inForce > 0 {
+				inForce(tc.inForce)(p)
+			}
+			a := p.Spec.EffectiveAuto()
+			res := decide(p, &a, spanAt(tc.inForce), tc.readings(t), now)
+			checkInvariants(t, p, res)
+			tc.check(t, res)
+		})
+	}
+}
