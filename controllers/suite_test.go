@@ -47,6 +47,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/replicas"
 	"github.com/tailcut/tailcut/controllers/target"
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // The operator's namespace in these tests, where replicas report their
@@ -449,16 +450,11 @@ func queueDepth(t *testing.T) map[int]int {
 	return depth
 }
 
-// eventually polls cond until it returns nil or the generous timeout passes.
+// eventually waits, a generous 20 s, until cond returns nil.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	harness.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		err := cond()
+		return err == nil, fmt.Sprint(err)
+	})
 }

@@ -24,12 +24,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,60 +94,21 @@ var realEnvoys atomic.Int32
 func (e *realEnvoy) start() {
 	t := e.t
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "envoy.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	baseID := os.Getpid()*10 + int(realEnvoys.Add(1))
-	cmd := exec.Command(e.bin, "-c", e.config, "--base-id", strconv.Itoa(baseID),
+	p := harness.RunProcess(t, "envoy", t.TempDir(), nil, e.bin, "-c", e.config, "--base-id", strconv.Itoa(baseID),
 		"--concurrency", "1", "--log-level", "warn", "--drain-time-s", "0")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting envoy: %v", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	var once sync.Once
-	e.stop = func() {
-		once.Do(func() {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				<-done
-			}
-			_ = logFile.Close()
-			if t.Failed() {
-				if b, err := os.ReadFile(logPath); err == nil {
-					t.Logf("envoy log (pid %d):\n%s", pid, b)
-				}
-			}
-		})
-	}
-	t.Cleanup(e.stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	e.stop = func() { p.Stop(10 * time.Second) }
+	harness.Eventually(t, 20*time.Second, "envoy ready", func() (bool, string) {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("envoy exited (%v):\n%s", err, p.Tail())
+		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", e.admin))
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("envoy exited:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("envoy not ready after 20s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
 
 // send sends n requests through the Envoy, one at a time; the backend holds
@@ -184,10 +142,8 @@ func (e *realEnvoy) send(n, every int) {
 // and 40 hedges served since the first, not the lifetime that summed series
 // read when the sum fell.
 func TestRealEnvoysProxyRestart(t *testing.T) {
-	envoyBin, promBin := os.Getenv("ENVOY_BIN"), os.Getenv("PROMETHEUS_BIN")
-	if envoyBin == "" || promBin == "" {
-		t.Fatal("ENVOY_BIN or PROMETHEUS_BIN is not set: run ENVOY_BIN=$(hack/tools.sh envoy) PROMETHEUS_BIN=$(hack/tools.sh prometheus) go test ./controllers/estimate/...")
-	}
+	envoyBin := harness.EnvoyBin(t)
+	harness.Binary(t, "PROMETHEUS_BIN", "prometheus") // StartPrometheus runs it: fail before any Envoy starts
 	// The same run without the restart is the control: the reading, the
 	// delay and the hedge rate decided from it must be the same.
 	results := map[bool]restartResult{}

@@ -24,7 +24,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,10 +112,7 @@ func (e *statsEndpoint) attempts() float64 {
 // the restart was read as a reset and the reading counted 3,200 requests,
 // 11.25% hedged.
 func TestRealPrometheusProxyRestart(t *testing.T) {
-	bin := os.Getenv("PROMETHEUS_BIN")
-	if bin == "" {
-		t.Fatal("PROMETHEUS_BIN is not set: run PROMETHEUS_BIN=$(hack/tools.sh prometheus) go test ./controllers/estimate/... (the Makefile's test target sets it)")
-	}
+	harness.Binary(t, "PROMETHEUS_BIN", "prometheus") // StartPrometheus runs it: fail before anything starts
 	policy := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) {
 		p.Spec.Delay.Auto.Window = dur(5 * time.Minute)
 		p.Spec.EvaluationInterval = dur(5 * time.Second)

@@ -21,7 +21,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -43,13 +42,7 @@ import (
 // queries every 5s, and the estimator decides from what it read the delay that
 // the model hedges with. The fast mode moves from 15 to 40ms and back.
 func TestRealPrometheus(t *testing.T) {
-	bin := os.Getenv("PROMETHEUS_BIN")
-	if bin == "" {
-		t.Fatal("PROMETHEUS_BIN is not set: run PROMETHEUS_BIN=$(hack/tools.sh prometheus) go test ./controllers/estimate/... (the Makefile's test target sets it)")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("PROMETHEUS_BIN=%s: %v", bin, err)
-	}
+	harness.Binary(t, "PROMETHEUS_BIN", "prometheus") // StartPrometheus runs it: fail before anything starts
 	const (
 		rate     = 150.0
 		interval = 5 * time.Second

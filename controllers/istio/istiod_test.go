@@ -25,13 +25,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -165,55 +163,7 @@ func maps(m map[string]int) map[string]int {
 // by PID when the test ends.
 func run(t *testing.T, dir, name string, env []string, bin string, args ...string) {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s log (last 3000 bytes):\n%s", name, tail(string(b), 3000))
-		}
-	})
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+	harness.RunProcess(t, name, dir, env, bin, args...)
 }
 
 // sidecarBootstrap makes Envoy a sidecar of namespace demo for istiod's RDS
@@ -420,10 +370,7 @@ func listenerHTTPFilters(grpcPort int, listener string) ([]*hcmv3.HttpFilter, []
 // Envoy running it hedges 5% of the requests when half are slow. A delay change reaches Envoy; removing the filter takes the
 // hedge away.
 func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
-	istiod, envoy := os.Getenv("ISTIOD_BIN"), os.Getenv("ENVOY_BIN")
-	if istiod == "" || envoy == "" {
-		t.Fatalf("ISTIOD_BIN=%q ENVOY_BIN=%q: this test runs the real istiod and Envoy. Run it through make, or export ISTIOD_BIN=$(hack/tools.sh istiod) ENVOY_BIN=$(hack/tools.sh envoy)", istiod, envoy)
-	}
+	istiod, envoy := harness.Binary(t, "ISTIOD_BIN", "istiod"), harness.EnvoyBin(t)
 	crds, err := envtestutil.IstioCRDs()
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +428,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		"--secureGRPCAddr", "", "--httpsAddr", "", "--monitoringAddr", "127.0.0.1:"+strconv.Itoa(monPort),
 		"--ctrlz_address", "127.0.0.1", "--ctrlz_port", strconv.Itoa(ctrlzPort),
 		"--domain", "cluster.local", "--registries", "Kubernetes", "--clusterID", "Kubernetes")
-	waitUntil(t, 120*time.Second, "istiod /ready", func() (bool, string) {
+	harness.Eventually(t, 120*time.Second, "istiod /ready", func() (bool, string) {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", httpPort))
 		if err != nil {
 			return false, err.Error()
@@ -527,7 +474,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 		return dump.Configs[0].VersionInfo, nil
 	}
-	waitUntil(t, 60*time.Second, "Envoy to hold istiod's route for "+host, func() (bool, string) {
+	harness.Eventually(t, 60*time.Second, "Envoy to hold istiod's route for "+host, func() (bool, string) {
 		v, rs := routes()
 		return len(rs) > 0, "version " + v
 	})
@@ -574,7 +521,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the hedge in Envoy's route", hedged("0.020s"))
+	harness.Eventually(t, 30*time.Second, "the hedge in Envoy's route", hedged("0.020s"))
 	_, after := routes()
 	t.Logf("in Envoy %.1f s after the EnvoyFilter was written; the routes Envoy holds:\n%s", time.Since(start).Seconds(), compact(after))
 	// istiod's order: the bypass route, the unhedged route, then its own,
@@ -648,7 +595,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		return out
 	}
 	// Histograms reach the stats output at Envoy's stats flush (5 s).
-	waitUntil(t, 15*time.Second, "every route's latency histogram flushed", func() (bool, string) {
+	harness.Eventually(t, 15*time.Second, "every route's latency histogram flushed", func() (bool, string) {
 		g := got()
 		return g[0].answered+g[1].answered+g[2].answered >= 150, fmt.Sprint(g)
 	})
@@ -675,7 +622,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	account := envoyconf.HedgeBudgetFilterFor(rp.Name)
 	var rendered *hcmv3.HttpFilter
 	listener := fmt.Sprintf("0.0.0.0_%d", port)
-	waitUntil(t, 30*time.Second, "the hedge account before the router in istiod's listener "+listener, func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "the hedge account before the router in istiod's listener "+listener, func() (bool, string) {
 		filters, listeners, err := listenerHTTPFilters(grpcPort, listener)
 		if err != nil {
 			return false, err.Error()
@@ -701,7 +648,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 	run(t, dir, "envoy-account", nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
 	probes := 0
-	waitUntil(t, 30*time.Second, "the second Envoy to route the Service", func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "the second Envoy to route the Service", func() (bool, string) {
 		probes++
 		_, _, codes := sendTo(listenPort2, host, port, http.MethodGet, 1, 1)
 		return codes[http.StatusOK] == 1, fmt.Sprint(codes)
@@ -775,12 +722,12 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the new delay in Envoy's route", hedged("0.035s"))
+	harness.Eventually(t, 30*time.Second, "the new delay in Envoy's route", hedged("0.035s"))
 
 	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "istiod's own route back in Envoy", func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "istiod's own route back in Envoy", func() (bool, string) {
 		v, rs := routes()
 		s := compact(rs)
 		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName) && !strings.Contains(s, BypassRouteName(rp.Name)), "version " + v + ": " + s

@@ -65,7 +65,7 @@ func TestRetryBudgetIntervalDoesNotCapHedges(t *testing.T) {
 func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) {
 	t.Helper()
 	bin := harness.EnvoyBin(t)
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	listenPort := uint32(harness.Port(t))
 	web := plan.RoutePlan{
 		Name: "e2e/web", Namespace: "e2e", Service: "web", Port: 80,
@@ -73,7 +73,7 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
 		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 1},
-		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
+		Endpoints: []plan.Endpoint{up.Endpoint(t)},
 	}
 	res, err := envoyconf.Translate([]plan.RoutePlan{web}, envoyconf.TranslateOptions{ListenerAddress: "127.0.0.1", ListenerPort: listenPort})
 	if err != nil {
@@ -98,7 +98,7 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 	}
 	startEnvoy(t, bin, path)
 	client := newLoadClient()
-	eventually(t, 30*time.Second, "Envoy to listen", func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "Envoy to listen", func() (bool, string) {
 		resp, err := getWeb(client, listenPort, "/", "probe")
 		return err == nil && resp.StatusCode == 200, "no answer yet"
 	})
@@ -113,9 +113,7 @@ func runWithoutAccount(t *testing.T, interval time.Duration) (sent, hedges int) 
 		}
 	})
 	time.Sleep(500 * time.Millisecond)
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	for id, at := range up.arrived {
+	for id, at := range up.Arrivals() {
 		if strings.HasPrefix(id, "slow-") {
 			hedges += len(at) - 1
 		}

@@ -23,16 +23,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,116 +48,16 @@ import (
 // slowDelay is how long the slow backend takes; hedging must hide it.
 const slowDelay = 300 * time.Millisecond
 
-// backend is a tiny upstream that counts requests by method.
-type backend struct {
-	srv       *httptest.Server
-	delay     time.Duration
-	mu        sync.Mutex
-	byMethod  map[string]int
-	cancelled atomic.Int64
-}
-
-func newBackend(t *testing.T, delay time.Duration) *backend {
-	b := &backend{delay: delay, byMethod: map[string]int{}}
-	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.mu.Lock()
-		b.byMethod[r.Method]++
-		b.mu.Unlock()
-		if b.delay > 0 {
-			select {
-			case <-time.After(b.delay):
-			case <-r.Context().Done():
-				b.cancelled.Add(1)
-				return
-			}
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	}))
-	t.Cleanup(b.srv.Close)
-	return b
-}
-
-func (b *backend) count(method string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.byMethod[method]
-}
-
-func (b *backend) endpoint(t *testing.T) plan.Endpoint {
-	host, port, err := net.SplitHostPort(b.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
-	return plan.Endpoint{Address: host, Port: int32(p)}
-}
-
 var envoyCount atomic.Int32
 
 // startEnvoy runs Envoy with the bootstrap and stops it by PID when the test
 // ends. It returns a func that stops it earlier.
 func startEnvoy(t *testing.T, bin, bootstrap string) func() {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "envoy.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	baseID := os.Getpid()*10 + int(envoyCount.Add(1))
-	cmd := exec.Command(bin, "-c", bootstrap, "--base-id", strconv.Itoa(baseID),
+	p := harness.RunProcess(t, "envoy", t.TempDir(), nil, bin, "-c", bootstrap, "--base-id", strconv.Itoa(baseID),
 		"--concurrency", "1", "--log-level", "warn", "--drain-time-s", "1")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting envoy: %v", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				<-done
-			}
-			_ = logFile.Close()
-			if t.Failed() {
-				if b, err := os.ReadFile(logPath); err == nil {
-					t.Logf("envoy log (pid %d):\n%s", pid, tail(string(b), 4000))
-				}
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "..." + s[len(s)-n:]
-}
-
-// eventually polls cond every 50ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return func() { p.Stop(10 * time.Second) }
 }
 
 type envoyClient struct {
@@ -276,7 +172,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	slow, fast1, fast2 := newBackend(t, slowDelay), newBackend(t, 0), newBackend(t, 0)
+	slow, fast1, fast2 := harness.NewUpstream(t, slowDelay), harness.NewUpstream(t, 0), harness.NewUpstream(t, 0)
 	listenPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 
 	srv, addr, srvCtx := startServer(t, ctx, listenPort)
@@ -303,8 +199,8 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		// sees Envoy's hedging itself; TestHedgeAccountCapsTheRate checks the cap.
 		Budget: plan.Budget{Percent: 100, MinConcurrency: 3},
 	}
-	for _, b := range []*backend{slow, fast1, fast2} {
-		web.Endpoints = append(web.Endpoints, b.endpoint(t))
+	for _, b := range []*harness.Upstream{slow, fast1, fast2} {
+		web.Endpoints = append(web.Endpoints, b.Endpoint(t))
 	}
 	slices.SortFunc(web.Endpoints, func(a, b plan.Endpoint) int { return int(a.Port) - int(b.Port) })
 	// A second plan whose only endpoint is the slow backend: its bypass
@@ -315,7 +211,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		Match:     web.Match,
 		Hedge:     web.Hedge,
 		Budget:    web.Budget,
-		Endpoints: []plan.Endpoint{slow.endpoint(t)},
+		Endpoints: []plan.Endpoint{slow.Endpoint(t)},
 	}
 	for _, p := range []plan.RoutePlan{web, slowOnly} {
 		if err := srv.Publish(ctx, publish.Owner{}, p); err != nil {
@@ -352,8 +248,8 @@ func TestEnvoyEndToEnd(t *testing.T) {
 			return st.Connected == 1 && st.Programmed == 1 && st.Serving == 1 && st.Version == version && st.Rejected == "", fmt.Sprintf("%+v", st)
 		}
 	}
-	eventually(t, 60*time.Second, "Envoy to ACK the first version", programmed(v1))
-	eventually(t, 30*time.Second, "Envoy to be ready", func() (bool, string) {
+	harness.Eventually(t, 60*time.Second, "Envoy to ACK the first version", programmed(v1))
+	harness.Eventually(t, 30*time.Second, "Envoy to be ready", func() (bool, string) {
 		resp, err := c.http.Get("http://" + c.admin + "/ready")
 		if err != nil {
 			return false, err.Error()
@@ -362,7 +258,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	if eventsSeen.Load() == 0 {
-		eventually(t, 5*time.Second, "an event after the ACK", func() (bool, string) { return eventsSeen.Load() > 0, "none" })
+		harness.Eventually(t, 5*time.Second, "an event after the ACK", func() (bool, string) { return eventsSeen.Load() > 0, "none" })
 	}
 
 	// (a) The configuration Envoy runs carries the hedge settings.
@@ -388,22 +284,22 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	retries := c.counter("cluster."+cluster+".upstream_rq_retry") - retry0
 	attempts := c.counter("cluster."+cluster+".upstream_rq_total") - total0
 	t.Logf("hedged GET (delay 20ms, 1 hedge): %s; slow backend got %d of %d first attempts; upstream_rq_retry +%d, upstream_rq_total +%d",
-		hedged, slow.count("GET"), gets, retries, attempts)
+		hedged, slow.Count("GET"), gets, retries, attempts)
 	if max := slices.Max(hedged); max >= 150*time.Millisecond {
 		t.Errorf("slowest hedged GET took %s; hedging should keep every GET well under the slow backend's %s", max, slowDelay)
 	}
-	if slow.count("GET") < gets/6 {
-		t.Errorf("the slow backend saw only %d of %d GETs; round robin should send it about a third", slow.count("GET"), gets)
+	if slow.Count("GET") < gets/6 {
+		t.Errorf("the slow backend saw only %d of %d GETs; round robin should send it about a third", slow.Count("GET"), gets)
 	}
 	// (c) Hedges show as retries.
-	if retries < slow.count("GET")/2 || retries == 0 {
-		t.Errorf("upstream_rq_retry went up by %d; expected about one per slow first attempt (%d)", retries, slow.count("GET"))
+	if retries < slow.Count("GET")/2 || retries == 0 {
+		t.Errorf("upstream_rq_retry went up by %d; expected about one per slow first attempt (%d)", retries, slow.Count("GET"))
 	}
 	// (d) Envoy reset the losing attempts on the slow backend.
-	eventually(t, 5*time.Second, "cancelled attempts at the slow backend", func() (bool, string) {
-		return slow.cancelled.Load() > 0, "none cancelled"
+	harness.Eventually(t, 5*time.Second, "cancelled attempts at the slow backend", func() (bool, string) {
+		return slow.Cancelled() > 0, "none cancelled"
 	})
-	t.Logf("slow backend: %d GET attempts, %d cancelled by Envoy", slow.count("GET"), slow.cancelled.Load())
+	t.Logf("slow backend: %d GET attempts, %d cancelled by Envoy", slow.Count("GET"), slow.Cancelled())
 
 	// (e) POST is not hedged: each reaches the backends exactly once, through
 	// the bypass cluster, so the hedged cluster's stats, which the estimator
@@ -418,7 +314,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		}
 		postLat = append(postLat, d)
 	}
-	gotPosts := slow.count("POST") + fast1.count("POST") + fast2.count("POST")
+	gotPosts := slow.Count("POST") + fast1.Count("POST") + fast2.Count("POST")
 	t.Logf("unhedged POST: %s; backends counted %d POSTs for %d sent", postLat, gotPosts, posts)
 	if gotPosts != posts {
 		t.Errorf("backends counted %d POSTs for %d sent: POST must never be hedged or retried", gotPosts, posts)
@@ -493,7 +389,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if v2 == v1 {
 		t.Fatal("changing the delay did not change the version")
 	}
-	eventually(t, 30*time.Second, "Envoy to ACK the 30ms version", programmed(v2))
+	harness.Eventually(t, 30*time.Second, "Envoy to ACK the 30ms version", programmed(v2))
 	if dump := c.adminGet("/config_dump?resource=dynamic_route_configs"); !strings.Contains(dump, `"per_try_timeout": "0.030s"`) {
 		t.Error("config_dump does not show the 30ms delay after the ACK")
 	}
@@ -516,8 +412,8 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Status(webKey).Version))
-		eventually(t, 10*time.Second, "the EDS update to count", func() (bool, string) {
+		harness.Eventually(t, 30*time.Second, "Envoy to ACK the endpoint change", programmed(srv.Status(webKey).Version))
+		harness.Eventually(t, 10*time.Second, "the EDS update to count", func() (bool, string) {
 			return updates()["EDS"] == before["EDS"]+1, fmt.Sprint(updates())
 		})
 		after := updates()
@@ -543,7 +439,7 @@ func TestEnvoyEndToEnd(t *testing.T) {
 		t.Fatalf("the bad regex must pass proto validation and reach Envoy: %v", err)
 	}
 	v3 := srv.Status(webKey).Version
-	eventually(t, 30*time.Second, "Envoy to NACK the bad regex", func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "Envoy to NACK the bad regex", func() (bool, string) {
 		st := srv.Status(webKey)
 		return st.Version == v3 && st.Rejected != "" && st.Programmed == 0, fmt.Sprintf("%+v", st)
 	})
@@ -581,11 +477,11 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Envoy to ACK the fixed version", programmed(srv.Status(webKey).Version))
+	harness.Eventually(t, 30*time.Second, "Envoy to ACK the fixed version", programmed(srv.Status(webKey).Version))
 
 	// A proxy that leaves is no longer counted.
 	stopEnvoy()
-	eventually(t, 15*time.Second, "the stream to close", func() (bool, string) {
+	harness.Eventually(t, 15*time.Second, "the stream to close", func() (bool, string) {
 		st := srv.Status(webKey)
 		return st.Connected == 0, fmt.Sprintf("%+v", st)
 	})
@@ -635,7 +531,7 @@ func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 	}
 	// Wait until the admin interface answers, then past Envoy's defaults: 15s
 	// for the first CDS, then 15s for the first LDS.
-	eventually(t, 30*time.Second, "Envoy's admin interface", func() (bool, string) {
+	harness.Eventually(t, 30*time.Second, "Envoy's admin interface", func() (bool, string) {
 		_, state := ready()
 		return state != "" && !strings.Contains(state, "connection refused"), state
 	})
@@ -644,5 +540,5 @@ func TestEnvoyWaitsForItsFirstConfig(t *testing.T) {
 		t.Fatalf("Envoy reports ready (%s) with no configuration from tailcut", state)
 	}
 	srv.MarkSynced()
-	eventually(t, 30*time.Second, "Envoy ready once tailcut serves", ready)
+	harness.Eventually(t, 30*time.Second, "Envoy ready once tailcut serves", ready)
 }

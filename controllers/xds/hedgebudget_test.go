@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/controllers/plan"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // accountRun is what one run through the hedge account counted.
@@ -72,7 +73,7 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
 	if length >= plan.HedgeWindow {
 		t.Fatalf("the run (%s) must fit in one window of the account (%s)", length, plan.HedgeWindow)
 	}
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Hedge.Delay = accountDelay
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
@@ -118,9 +119,7 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
 	})
 	time.Sleep(500 * time.Millisecond) // the last hedges arrive
 
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	for id, at := range up.arrived {
+	for id, at := range up.Arrivals() {
 		if !strings.HasPrefix(id, "rate-") || len(at) < 2 {
 			continue
 		}
@@ -137,10 +136,10 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
 	if run.attemptHeaders > 0 {
 		t.Errorf("%d responses carried x-envoy-attempt-count to the client; the account removes it", run.attemptHeaders)
 	}
-	for h := range up.leaked {
+	for h := range up.Leaked() {
 		t.Errorf("a header reached the upstream: %s", h)
 	}
-	for id, at := range up.arrived {
+	for id, at := range up.Arrivals() {
 		if strings.HasPrefix(id, "cancelled-") && len(at) > 1 {
 			t.Errorf("%s was hedged; its client gave up after %s", id, cancelAfter)
 		}

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,56 +36,6 @@ import (
 	"github.com/tailcut/tailcut/test/harness"
 )
 
-// attemptLog is an upstream that records every attempt it gets, by the
-// request id the client chose, and the x-envoy headers that reached it.
-type attemptLog struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	arrived map[string][]time.Time // when each attempt reached the upstream, by x-test-id
-	leaked  map[string]bool        // x-envoy-* request headers that reached the upstream
-}
-
-func newAttemptLog(t *testing.T) *attemptLog {
-	a := &attemptLog{arrived: map[string][]time.Time{}, leaked: map[string]bool{}}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		id := r.Header.Get("x-test-id")
-		a.arrived[id] = append(a.arrived[id], time.Now())
-		for k := range r.Header {
-			k = strings.ToLower(k)
-			// Envoy's own: the attempt count tailcut asks for, and the
-			// client's address it records as an edge proxy.
-			if strings.HasPrefix(k, "x-envoy-") && k != "x-envoy-attempt-count" && k != "x-envoy-external-address" && k != "x-envoy-expected-rq-timeout-ms" {
-				a.leaked[k+": "+r.Header.Get(k)] = true
-			}
-		}
-		if n := r.Header.Get("x-envoy-attempt-count"); n != "1" && n != "2" {
-			a.leaked["x-envoy-attempt-count: "+n] = true
-		}
-		a.mu.Unlock()
-		switch r.URL.Path {
-		case "/slow":
-			select {
-			case <-time.After(300 * time.Millisecond):
-			case <-r.Context().Done():
-				return
-			}
-		case "/fail":
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-func (a *attemptLog) count(id string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.arrived[id])
-}
-
 // TestHostileClientsCannotChangeHedging is #14's "hostile clients": a client
 // that sends Envoy's retry and timeout headers, with or without a spoofed
 // X-Forwarded-For or x-envoy-internal, gets the attempts its policy allows
@@ -95,7 +44,7 @@ func (a *attemptLog) count(id string) int {
 // listener is an edge (use_remote_address) that trusts no address as
 // internal, so Envoy strips those headers from every request.
 func TestHostileClientsCannotChangeHedging(t *testing.T) {
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond)
 	client := &http.Client{Timeout: 10 * time.Second}
 	attemptCounts := map[string]string{} // responses that carried the attempt count, by request
@@ -164,7 +113,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 				t.Errorf("status %d, want %d", got, tc.want)
 			}
 			time.Sleep(100 * time.Millisecond) // a late attempt would arrive by now
-			if n := up.count(id); n < 1 || n > tc.most {
+			if n := up.Attempts(id); n < 1 || n > tc.most {
 				t.Errorf("%d attempts reached the upstream, want 1 to %d (the policy's)", n, tc.most)
 			}
 		})
@@ -175,7 +124,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 		if got != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("status %d, want 431", got)
 		}
-		if n := up.count("huge"); n != 0 {
+		if n := up.Attempts("huge"); n != 0 {
 			t.Errorf("%d attempts reached the upstream, want none", n)
 		}
 	})
@@ -185,9 +134,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 	for id, n := range attemptCounts {
 		t.Errorf("%s: the response carried %s: %s", id, envoyconf.AttemptCountHeader, n)
 	}
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	for h := range up.leaked {
+	for h := range up.Leaked() {
 		t.Errorf("a client's header reached the upstream: %s", h)
 	}
 }
@@ -195,7 +142,7 @@ func TestHostileClientsCannotChangeHedging(t *testing.T) {
 // serveOnePlan runs the xDS server with one plan for the upstream (hedging
 // methods after delay, one hedge) and a real Envoy on it, and returns the
 // Envoy listener's port once Envoy runs the plan.
-func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Duration, bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
+func serveOnePlan(t *testing.T, up *harness.Upstream, methods []string, delay time.Duration, bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
 	t.Helper()
 	return servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Match.Methods = methods
@@ -204,7 +151,7 @@ func serveOnePlan(t *testing.T, up *attemptLog, methods []string, delay time.Dur
 }
 
 // servePlan is serveOnePlan with the plan changed by mutate.
-func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
+func servePlan(t *testing.T, up *harness.Upstream, mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) uint32 {
 	t.Helper()
 	_, listenPort := serveWith(t, up, func(*ServerOptions) {}, mutate, bootstrap...)
 	return listenPort
@@ -212,7 +159,7 @@ func servePlan(t *testing.T, up *attemptLog, mutate func(*plan.RoutePlan), boots
 
 // serveWith is servePlan on a server whose options server changes; it
 // returns the server too. The plan's policy is e2e/web.
-func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) (*Server, uint32) {
+func serveWith(t *testing.T, up *harness.Upstream, server func(*ServerOptions), mutate func(*plan.RoutePlan), bootstrap ...func(*envoyconf.BootstrapOptions)) (*Server, uint32) {
 	t.Helper()
 	bin := harness.EnvoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -227,7 +174,7 @@ func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate
 		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
 		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
-		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
+		Endpoints: []plan.Endpoint{up.Endpoint(t)},
 	}
 	mutate(&web)
 	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
@@ -247,21 +194,11 @@ func serveWith(t *testing.T, up *attemptLog, server func(*ServerOptions), mutate
 		t.Fatal(err)
 	}
 	startEnvoy(t, bin, bootPath)
-	eventually(t, 60*time.Second, "Envoy to ACK", func() (bool, string) {
+	harness.Eventually(t, 60*time.Second, "Envoy to ACK", func() (bool, string) {
 		st := srv.Status(key)
 		return st.Programmed == 1, fmt.Sprintf("%+v", st)
 	})
 	return srv, listenPort
-}
-
-func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {
-	t.Helper()
-	host, port, ok := strings.Cut(hostPort, ":")
-	var p int
-	if _, err := fmt.Sscan(port, &p); !ok || err != nil {
-		t.Fatalf("upstream address %q", hostPort)
-	}
-	return plan.Endpoint{Address: host, Port: int32(p)}
 }
 
 // TestNonIdempotentNeverDuplicatedAtLoad is #14's "non-idempotent safety at
@@ -269,7 +206,7 @@ func newBackendEndpoint(t *testing.T, hostPort string) plan.Endpoint {
 // through a policy that hedges GET after 1 ms (the API's minimum), to an
 // upstream that takes 300 ms: every request executes exactly once.
 func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	listenPort := serveOnePlan(t, up, []string{"GET", "HEAD"}, time.Millisecond)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
 	methods := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
@@ -321,10 +258,8 @@ func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
 	if byCode[http.StatusOK] != total {
 		t.Errorf("statuses %v for %d requests, want all 200", byCode, total)
 	}
-	up.mu.Lock()
-	defer up.mu.Unlock()
 	executions, duplicated := 0, 0
-	for id, at := range up.arrived {
+	for id, at := range up.Arrivals() {
 		if n := len(at); strings.HasPrefix(id, "load-") {
 			executions += n
 			if n != 1 {
@@ -344,7 +279,7 @@ func TestNonIdempotentNeverDuplicatedAtLoad(t *testing.T) {
 // interface's /quitquitquit and /healthcheck/fail are not reachable through
 // it, and Envoy keeps serving.
 func TestStatsListenerServesOnlyStats(t *testing.T) {
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	statsPort, adminPort := uint32(harness.Port(t)), uint32(harness.Port(t))
 	listenPort := serveOnePlan(t, up, []string{"GET"}, 20*time.Millisecond, func(o *envoyconf.BootstrapOptions) {
 		o.AdminAddress, o.AdminPort, o.StatsAddress, o.StatsPort = "127.0.0.1", adminPort, "127.0.0.1", statsPort

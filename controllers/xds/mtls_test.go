@@ -62,7 +62,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	listenPort := uint32(harness.Port(t))
 	srv, addr, _ := startServer(t, ctx, listenPort, func(o *ServerOptions) { o.TLS = serverTLS })
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
@@ -72,7 +72,7 @@ func TestXDSMutualTLS(t *testing.T) {
 		Match:     plan.Match{PathPrefix: "/", Methods: []string{"GET"}},
 		Hedge:     &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		Budget:    plan.Budget{Percent: 5, MinConcurrency: 3},
-		Endpoints: []plan.Endpoint{newBackendEndpoint(t, up.srv.Listener.Addr().String())},
+		Endpoints: []plan.Endpoint{up.Endpoint(t)},
 	}
 	if err := srv.Publish(ctx, publish.Owner{}, web); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	}
 	trusted := issue(t, ca, "envoy-trusted", false)
 	envoy("envoy-trusted", trusted, listenPort)
-	eventually(t, 60*time.Second, "the Envoy with a trusted certificate to ACK", func() (bool, string) {
+	harness.Eventually(t, 60*time.Second, "the Envoy with a trusted certificate to ACK", func() (bool, string) {
 		st := srv.Status(key)
 		return st.Connected == 1 && st.Programmed == 1, fmt.Sprintf("%+v", st)
 	})
@@ -178,7 +178,7 @@ func TestXDSMutualTLS(t *testing.T) {
 	}
 	trustedClient := issue(t, ca, "trusted-client", false)
 	err = nack(trustedClient, func() {
-		eventually(t, 10*time.Second, "a trusted client's NACK to reach status", func() (bool, string) {
+		harness.Eventually(t, 10*time.Second, "a trusted client's NACK to reach status", func() (bool, string) {
 			st := srv.Status(key)
 			return strings.Contains(st.Rejected, "forged rejection"), fmt.Sprintf("%+v", st)
 		})

@@ -47,13 +47,13 @@ func TestPushesAreDebounced(t *testing.T) {
 		}
 	}
 	publishing := time.Since(start)
-	waitFor(t, "every policy served", func() bool {
+	harness.Eventually(t, 10*time.Second, "every policy served", func() (bool, string) {
 		for _, p := range plans {
 			if s.Status(keyOf(p)).Version == "" {
-				return false
+				return false, p.Name + " has no version"
 			}
 		}
-		return true
+		return true, ""
 	})
 	// One push, and one more per maxPushDelay that publishing took; a loaded
 	// machine may pause longer than PushDebounce once or twice.
@@ -93,21 +93,10 @@ func startDebounced(t *testing.T) *Server {
 			t.Error(err)
 		}
 	})
-	waitFor(t, "the push loop", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.pushing })
+	harness.Eventually(t, 10*time.Second, "the push loop", func() (bool, string) { s.mu.Lock(); defer s.mu.Unlock(); return s.pushing, "" })
 	s.MarkSynced()
-	waitFor(t, "the first, empty snapshot", func() bool { return s.Version() != "" })
+	harness.Eventually(t, 10*time.Second, "the first, empty snapshot", func() (bool, string) { return s.Version() != "", "" })
 	return s
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestDeferredPublishTranslatesEachPlanOnce: while the push loop runs,
@@ -126,13 +115,13 @@ func TestDeferredPublishTranslatesEachPlanOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every policy served", func() bool {
+	harness.Eventually(t, 10*time.Second, "every policy served", func() (bool, string) {
 		for _, p := range plans {
 			if s.Status(keyOf(p)).Version == "" {
-				return false
+				return false, p.Name + " has no version"
 			}
 		}
-		return true
+		return true, ""
 	})
 	if got := testutil.ToFloat64(translationsTotal) - translations; got != 100 {
 		t.Errorf("%v policy translations for 100 new plans, want 100 (each once)", got)

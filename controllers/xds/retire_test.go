@@ -29,6 +29,7 @@ import (
 
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // TestRetiredRouteKeepsTheTraffic is #23's "deleting a policy cuts traffic"
@@ -44,7 +45,7 @@ func TestRetiredRouteKeepsTheTraffic(t *testing.T) {
 		retireAt    = 1500 * time.Millisecond
 		retireAfter = 8 * time.Second
 	)
-	up := newAttemptLog(t)
+	up := harness.NewUpstream(t, 0)
 	key := k8stypes.NamespacedName{Namespace: "e2e", Name: "web"}
 	srv, listenPort := serveWith(t, up, func(o *ServerOptions) { o.RetireAfter = retireAfter }, func(p *plan.RoutePlan) {
 		p.Budget = plan.Budget{Percent: 100, MinConcurrency: 3}
@@ -94,7 +95,7 @@ func TestRetiredRouteKeepsTheTraffic(t *testing.T) {
 	// retired (a second later: the push reaches Envoy in well under that).
 	hedgedBefore, hedgedAfter, slowAfter := 0, 0, 0
 	for id, at := range sentAt {
-		attempts := up.count(id)
+		attempts := up.Attempts(id)
 		switch {
 		case at < retiredAt && attempts > 1:
 			hedgedBefore++
@@ -112,7 +113,7 @@ func TestRetiredRouteKeepsTheTraffic(t *testing.T) {
 	if slowAfter == 0 || hedgedAfter > 0 {
 		t.Errorf("%d of %d slow requests were hedged a second after the retirement; a retired route is unhedged", hedgedAfter, slowAfter)
 	}
-	eventually(t, retireAfter+10*time.Second, "the retired route to be removed", func() (bool, string) {
+	harness.Eventually(t, retireAfter+10*time.Second, "the retired route to be removed", func() (bool, string) {
 		resp, err := getWeb(client, listenPort, "/", "after-retirement")
 		if err != nil {
 			return false, err.Error()
@@ -199,7 +200,7 @@ func TestRetirementEnds(t *testing.T) {
 	if again != first {
 		t.Errorf("retiring again started a new retirement (%d, was %d)", again, first)
 	}
-	waitFor(t, "the retired route to go", func() bool { _, ok := held(otherKey); return !ok })
+	harness.Eventually(t, 10*time.Second, "the retired route to go", func() (bool, string) { _, ok := held(otherKey); return !ok, "" })
 
 	now := NewServer(ServerOptions{Logger: logr.Discard()})
 	now.MarkSynced()

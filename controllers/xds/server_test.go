@@ -404,7 +404,7 @@ func TestAPolicyThatTakesOverAServicePortIsProgrammed(t *testing.T) {
 			if err := s.Publish(ctx, publish.Owner{}, old); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the old policy pushed", func() bool { return s.Status(keyOf(old)).Version != "" })
+			harness.Eventually(t, 10*time.Second, "the old policy pushed", func() (bool, string) { return s.Status(keyOf(old)).Version != "", "" })
 			takeAll()
 			if st := s.Status(keyOf(old)); st.Programmed != 1 {
 				t.Fatalf("%s after every ACK: %+v", old.Name, st)
@@ -420,7 +420,7 @@ func TestAPolicyThatTakesOverAServicePortIsProgrammed(t *testing.T) {
 			if err := s.Publish(ctx, publish.Owner{}, successor); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the successor pushed", func() bool { return s.Status(keyOf(successor)).Version != "" })
+			harness.Eventually(t, 10*time.Second, "the successor pushed", func() (bool, string) { return s.Status(keyOf(successor)).Version != "", "" })
 			if v := servedVersion(s, resourcev3.ClusterType); v != clusters {
 				t.Fatalf("the successor's clusters are version %s, the old policy's %s: the case needs identical clusters", v, clusters)
 			}

@@ -17,16 +17,13 @@ limitations under the License.
 package harness
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -38,10 +35,7 @@ import (
 // failed. It returns the server's base URL once it is ready.
 func StartPrometheus(tb testing.TB, path string, targets ...string) string {
 	tb.Helper()
-	bin := os.Getenv("PROMETHEUS_BIN")
-	if bin == "" {
-		tb.Fatal("PROMETHEUS_BIN is not set: run the tests through make (hack/tools.sh prometheus installs it)")
-	}
+	bin := Binary(tb, "PROMETHEUS_BIN", "prometheus")
 	dir := tb.TempDir()
 	quoted := make([]string, len(targets))
 	for i, target := range targets {
@@ -54,34 +48,12 @@ func StartPrometheus(tb testing.TB, path string, targets ...string) string {
 		tb.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(Port(tb)))
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	p := RunProcess(tb, "prometheus", dir, nil, bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--storage.tsdb.retention.time=1h", "--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting %s: %v", bin, err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	tb.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-done
-		}
-		if tb.Failed() {
-			tb.Logf("prometheus output:\n%s", logs.String())
-		}
-	})
 	u := "http://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		select {
-		case <-done:
-			tb.Fatalf("prometheus exited early:\n%s", logs.String())
-		default:
+		if exited, err := p.Exited(); exited {
+			tb.Fatalf("prometheus exited early (%v):\n%s", err, p.Tail())
 		}
 		if resp, err := http.Get(u + "/-/ready"); err == nil {
 			_ = resp.Body.Close()
@@ -90,7 +62,7 @@ func StartPrometheus(tb testing.TB, path string, targets ...string) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("prometheus not ready after 30s:\n%s", logs.String())
+			tb.Fatalf("prometheus not ready after 30s:\n%s", p.Tail())
 		}
 	}
 }

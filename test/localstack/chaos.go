@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // Faults for the chaos tests: each acts on one process of the stack, by PID.
@@ -42,8 +44,8 @@ func (s *Stack) StopOperator(grace time.Duration) (time.Duration, error) {
 	}
 	defer s.forget(p)
 	start := time.Now()
-	if p.stop(grace) {
-		return time.Since(start), fmt.Errorf("the operator was still running %s after SIGTERM, and was killed:\n%s", grace, p.tail())
+	if p.Stop(grace) {
+		return time.Since(start), fmt.Errorf("the operator was still running %s after SIGTERM, and was killed:\n%s", grace, p.Tail())
 	}
 	return time.Since(start), nil
 }
@@ -85,7 +87,7 @@ func (s *Stack) StartReplica(ctx context.Context, name string, p ReplicaPorts) e
 		}
 		args = append(args, a)
 	}
-	proc, err := startProc(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], args...)
+	proc, err := harness.StartProcess(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], args...)
 	if err != nil {
 		return err
 	}
@@ -103,7 +105,7 @@ func (s *Stack) StopPrometheus() error {
 	if p == nil {
 		return fmt.Errorf("prometheus is not running")
 	}
-	p.stop(10 * time.Second)
+	p.Stop(10 * time.Second)
 	s.forget(p)
 	return nil
 }
@@ -119,24 +121,26 @@ func (s *Stack) kill(name string) error {
 	if p == nil {
 		return fmt.Errorf("%s is not running", name)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
-	<-p.done
+	if !p.Wait(time.Minute) {
+		return fmt.Errorf("%s (pid %d) did not end within a minute of SIGKILL", name, p.PID())
+	}
 	s.forget(p)
 	return nil
 }
 
 // running is the live process whose name is name or a restart of it.
-func (s *Stack) running(name string) *proc {
+func (s *Stack) running(name string) *harness.Process {
 	for _, p := range s.procs {
-		if done, _ := p.exited(); !done && (p.name == name || strings.HasPrefix(p.name, name+"-restart-")) {
+		if done, _ := p.Exited(); !done && (p.Name == name || strings.HasPrefix(p.Name, name+"-restart-")) {
 			return p
 		}
 	}
 	return nil
 }
 
-func (s *Stack) forget(p *proc) {
-	s.procs = slices.DeleteFunc(s.procs, func(q *proc) bool { return q == p })
+func (s *Stack) forget(p *harness.Process) {
+	s.procs = slices.DeleteFunc(s.procs, func(q *harness.Process) bool { return q == p })
 }

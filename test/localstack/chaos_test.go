@@ -480,19 +480,15 @@ func TestChaosPrometheusDown(t *testing.T) {
 	}
 }
 
+// waitFor waits for cond, giving up at once when ctx ends.
 func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		ok, s := cond()
-		if ok {
-			return
+	harness.Eventually(t, timeout, what, func() (bool, string) {
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
 		}
-		last = s
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+		return cond()
+	})
 }
 
 // TestChaosBrownout is #14's scenario 6: every replica turns slow (x10), then

@@ -100,16 +100,16 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 	if err != nil {
 		return nil, err
 	}
-	defer upstream.stop(5 * time.Second)
+	defer upstream.Stop(5 * time.Second)
 
 	var runs []ProxyCostRun
-	measure := func(via string, workers int, p *proc, url string) error {
+	measure := func(via string, workers int, p *harness.Process, url string) error {
 		for _, rate := range o.Rates {
 			header := http.Header{"Host": []string{benchHost}}
 			verify.Stream(ctx, url, header, rate, o.Duration/5, verify.DefaultLimits(), verify.DefaultCriteria().LateAfter)
 			var before float64
 			if p != nil {
-				if before, err = cpuSeconds(p.cmd.Process.Pid); err != nil {
+				if before, err = cpuSeconds(p.PID()); err != nil {
 					return err
 				}
 			}
@@ -117,7 +117,7 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 			arm := verify.Stream(ctx, url, header, rate, o.Duration, verify.DefaultLimits(), verify.DefaultCriteria().LateAfter)
 			r := ProxyCostRun{Via: via, Workers: workers, Rate: rate, Arm: arm, Elapsed: time.Since(start)}
 			if p != nil {
-				after, err := cpuSeconds(p.cmd.Process.Pid)
+				after, err := cpuSeconds(p.PID())
 				if err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 				return runs, err
 			}
 			err = measure(via, workers, p, fmt.Sprintf("http://127.0.0.1:%d/", port))
-			p.stop(5 * time.Second)
+			p.Stop(5 * time.Second)
 			if err != nil {
 				return runs, err
 			}
@@ -210,12 +210,12 @@ func noopUpstream(port int) []byte {
 
 // startBenchEnvoy runs Envoy on bootstrap with workers threads and waits
 // until port answers a GET for benchHost with 200.
-func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byte, workers, port int) (*proc, error) {
+func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byte, workers, port int) (*harness.Process, error) {
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return nil, err
 	}
-	p, err := startProc(name, filepath.Join(dir, "logs"), nil, bin, "-c", path, "--concurrency", strconv.Itoa(workers),
+	p, err := harness.StartProcess(name, filepath.Join(dir, "logs"), nil, bin, "-c", path, "--concurrency", strconv.Itoa(workers),
 		"--base-id", strconv.Itoa(port), "--log-level", "warn")
 	if err != nil {
 		return nil, err
@@ -230,12 +230,12 @@ func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byt
 				return p, nil
 			}
 		}
-		if done, err := p.exited(); done {
-			return nil, fmt.Errorf("%s exited (%v); log %s:\n%s", name, err, p.log, p.tail())
+		if done, err := p.Exited(); done {
+			return nil, fmt.Errorf("%s exited (%v); log %s:\n%s", name, err, p.Log, p.Tail())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			p.stop(5 * time.Second)
-			return nil, fmt.Errorf("%s did not answer 200 on %s within a minute; log %s:\n%s", name, addr(port), p.log, p.tail())
+			p.Stop(5 * time.Second)
+			return nil, fmt.Errorf("%s did not answer 200 on %s within a minute; log %s:\n%s", name, addr(port), p.Log, p.Tail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -107,8 +107,8 @@ type scaleStack struct {
 	module   string
 	kubecfg  string
 	prom     *fakePrometheus
-	operator *proc
-	envoy    *proc
+	operator *harness.Process
+	envoy    *harness.Process
 	ports    struct{ xds, metrics, probe, admin, listener int }
 }
 
@@ -203,10 +203,10 @@ func (s *scaleStack) start(ctx context.Context) error {
 
 func (s *scaleStack) stop() {
 	if s.envoy != nil {
-		s.envoy.stop(10 * time.Second)
+		s.envoy.Stop(10 * time.Second)
 	}
 	if s.operator != nil {
-		s.operator.stop(10 * time.Second)
+		s.operator.Stop(10 * time.Second)
 	}
 	if s.prom != nil {
 		s.prom.close()
@@ -281,7 +281,7 @@ func parallel(n int, fn func(i int) error) error {
 }
 
 func (s *scaleStack) startOperator(ctx context.Context) error {
-	p, err := startProc("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
+	p, err := harness.StartProcess("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
@@ -303,7 +303,7 @@ func (s *scaleStack) startEnvoy(ctx context.Context) error {
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return err
 	}
-	p, err := startProc("envoy", filepath.Join(s.opts.Dir, "logs"), nil, os.Getenv("ENVOY_BIN"), "-c", path,
+	p, err := harness.StartProcess("envoy", filepath.Join(s.opts.Dir, "logs"), nil, os.Getenv("ENVOY_BIN"), "-c", path,
 		"--concurrency", "1", "--base-id", strconv.Itoa(s.ports.admin), "--log-level", "warn")
 	if err != nil {
 		return err
@@ -469,7 +469,7 @@ func (s *scaleStack) endpointChanges(ctx context.Context, res *ScaleResult) erro
 
 // rest watches the operator with nothing changing.
 func (s *scaleStack) rest(ctx context.Context, res *ScaleResult) error {
-	pid := s.operator.cmd.Process.Pid
+	pid := s.operator.PID()
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
 		return err
@@ -495,9 +495,9 @@ func (s *scaleStack) rest(ctx context.Context, res *ScaleResult) error {
 
 // resync restarts the operator with every policy in place.
 func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
-	s.operator.stop(10 * time.Second)
+	s.operator.Stop(10 * time.Second)
 	start := time.Now()
-	p, err := startProc("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
+	p, err := harness.StartProcess("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
 		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
 		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
@@ -514,10 +514,10 @@ func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
 	if err := s.waitProgrammed(ctx, 2*time.Minute); err != nil {
 		return err
 	}
-	if res.ResyncCPU, err = cpuSeconds(p.cmd.Process.Pid); err != nil {
+	if res.ResyncCPU, err = cpuSeconds(p.PID()); err != nil {
 		return err
 	}
-	_, res.ResyncPeakRSSMiB, err = memory(p.cmd.Process.Pid)
+	_, res.ResyncPeakRSSMiB, err = memory(p.PID())
 	return err
 }
 
@@ -579,10 +579,10 @@ func (s *scaleStack) costs() (writes, operatorCPU, envoyCPU float64, err error) 
 		}
 		writes += n
 	}
-	if operatorCPU, err = cpuSeconds(s.operator.cmd.Process.Pid); err != nil {
+	if operatorCPU, err = cpuSeconds(s.operator.PID()); err != nil {
 		return 0, 0, 0, err
 	}
-	envoyCPU, err = cpuSeconds(s.envoy.cmd.Process.Pid)
+	envoyCPU, err = cpuSeconds(s.envoy.PID())
 	return writes, operatorCPU, envoyCPU, err
 }
 

@@ -97,7 +97,7 @@ func TestSoak(t *testing.T) {
 			at:                 time.Since(start),
 			operatorRSS:        op("process_resident_memory_bytes"),
 			operatorGoroutines: op("go_goroutines"),
-			envoyRSS:           rss(t, envoy.cmd.Process.Pid),
+			envoyRSS:           rss(t, envoy.PID()),
 			envoyHeap:          float64(num(m, "server.memory_heap_size")),
 			sent:               sent, failed: failed,
 		}

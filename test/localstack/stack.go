@@ -96,7 +96,7 @@ type Stack struct {
 	opts                                      Options
 	env                                       *envtest.Environment
 	Client                                    client.Client
-	procs                                     []*proc
+	procs                                     []*harness.Process
 	bins                                      map[string]string
 }
 
@@ -212,7 +212,7 @@ func (s *Stack) startWorkloads(ctx context.Context) error {
 			return err
 		}
 		name := fmt.Sprintf("workload-%d", i)
-		p, err := startProc(name, s.dir("logs"), []string{"WORKLOAD_CONFIG=" + string(cfg)},
+		p, err := harness.StartProcess(name, s.dir("logs"), []string{"WORKLOAD_CONFIG=" + string(cfg)},
 			s.bins["workload"], "--listen", addr(port), "--replica", name)
 		if err != nil {
 			return err
@@ -290,7 +290,7 @@ scrape_configs:
 }
 
 func (s *Stack) runPrometheus(ctx context.Context, name string) error {
-	proc, err := startProc(name, s.dir("logs"), nil, s.bins["prometheus"], s.prometheusArgs...)
+	proc, err := harness.StartProcess(name, s.dir("logs"), nil, s.bins["prometheus"], s.prometheusArgs...)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 }
 
 func (s *Stack) runOperator(ctx context.Context, name string) error {
-	proc, err := startProc(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], s.operatorArgs...)
+	proc, err := harness.StartProcess(name, s.dir("logs"), s.operatorEnv, s.bins["tailcut"], s.operatorArgs...)
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (s *Stack) runEnvoy(ctx context.Context, name string, xdsPort, listenerPort
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return err
 	}
-	proc, err := startProc(name, s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
+	proc, err := harness.StartProcess(name, s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
 		"--base-id", strconv.Itoa(adminPort), "--log-level", "warn")
 	if err != nil {
 		return err
@@ -361,7 +361,7 @@ func (s *Stack) runEnvoy(ctx context.Context, name string, xdsPort, listenerPort
 // Stop stops every process in reverse start order, then the API server.
 func (s *Stack) Stop() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		s.procs[i].stop(10 * time.Second)
+		s.procs[i].Stop(10 * time.Second)
 	}
 	s.procs = nil
 	if s.env != nil {
