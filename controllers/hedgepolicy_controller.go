@@ -49,6 +49,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/estimate"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/status"
 	"github.com/tailcut/tailcut/controllers/target"
 )
 
@@ -135,20 +136,25 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 
-	status := policy.Status.DeepCopy()
-	status.ObservedGeneration = policy.Generation
-	requeue, evalErr := r.evaluate(ctx, &policy, status, metav1.NewTime(now))
-	recordPolicy(&policy, status)
+	nowT := metav1.NewTime(now)
+	outcome, requeue, evalErr := r.evaluate(ctx, &policy, nowT)
+	next := policy.Status.DeepCopy()
+	next.ObservedGeneration = policy.Generation
+	if outcome != nil {
+		computed := status.Compute(&policy, *outcome, nowT)
+		next = &computed
+	}
+	recordPolicy(&policy, next)
 	for _, pub := range r.Publishers {
 		if w, ok := pub.(publish.SyncWaiter); ok {
 			w.Reconciled(req.NamespacedName)
 		}
 	}
 
-	if wait := r.firstAckWait(&policy, status, now); wait > 0 && evalErr == nil {
+	if wait := r.firstAckWait(&policy, next, now); wait > 0 && evalErr == nil {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if err := r.patchStatus(ctx, &policy, status); err != nil {
+	if err := r.patchStatus(ctx, &policy, next); err != nil {
 		return ctrl.Result{}, errors.Join(evalErr, err)
 	}
 	// A publish failure is returned so controller-runtime backs off; everything
@@ -156,82 +162,69 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{RequeueAfter: requeue, Priority: ptr.To(handler.LowPriority)}, evalErr
 }
 
-// evaluate fills status for the policy and publishes its plan. It returns when to
-// evaluate again and an error only for failures worth a backoff retry.
-func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) (time.Duration, error) {
+// evaluate resolves the policy's target, decides its delay and publishes
+// its plan, and says what it found. It returns when to evaluate again, and an
+// error only for failures worth a backoff retry; a nil outcome means an API
+// read failed before anything was learned.
+func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, now metav1.Time) (*status.Outcome, time.Duration, error) {
 	key := client.ObjectKeyFromObject(policy)
 	interval := policy.Spec.EffectiveEvaluationInterval()
-	target := policy.Spec.EffectivePublishTarget()
+	publishTarget := policy.Spec.EffectivePublishTarget()
 
 	tgt, err := r.targets().Resolve(ctx, policy)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if tgt.Reason != "" {
-		r.notAccepted(policy, status, now, tgt.Reason, tgt.Message)
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNotAccepted, "the policy is not accepted")
-		r.setReady(policy, status, now, false)
+		o := &status.Outcome{NotAccepted: tgt.Reason, NotAcceptedMessage: tgt.Message}
 		if tgt.Reason == tailcutv1alpha1.ReasonConflicted {
 			// The older policy routes the Service port.
-			return interval, r.removeEverywhere(ctx, key, "")
+			return o, interval, r.removeEverywhere(ctx, key, "")
 		}
 		// The target Service or port is gone, perhaps for a moment (a
 		// Service re-created): the route stays a while, unhedged.
-		return interval, r.retireEverywhere(ctx, key)
+		return o, interval, r.retireEverywhere(ctx, key)
 	}
 
-	var est estimate.Result
+	o := &status.Outcome{}
 	if policy.Spec.Suspend {
-		est, err = estimate.Suspended(policy), nil
-	} else {
-		est, err = r.Estimator.Estimate(ctx, policy, now.Time)
+		o.Estimate = estimate.Suspended(policy)
+	} else if o.Estimate, err = r.Estimator.Estimate(ctx, policy, now.Time); err != nil {
+		// The route stays, unhedged (the delay is 0).
+		o.InvalidQuery, o.Estimate = err, estimate.Result{}
 	}
+	p, err := tgt.Plan(policy, o.Estimate.Delay)
 	if err != nil {
-		// A policy that cannot be evaluated must not take the Service's traffic
-		// down with it: the route stays, unhedged (est.Delay is 0).
-		r.notAccepted(policy, status, now, tailcutv1alpha1.ReasonInvalidQuery, err.Error()+"; the route stays, unhedged")
-		est = estimate.Result{}
-	} else {
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, true, tailcutv1alpha1.ReasonAccepted,
-			fmt.Sprintf("target Service %s port %d found", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
-		est.Apply(status, now)
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionDelayDerived, est.Derived, est.DerivedReason, est.Reason)
+		o.PlanError = err
+		return o, interval, nil
 	}
-
-	p, err := tgt.Plan(policy, est.Delay)
-	if err != nil {
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, "invalid route plan: "+err.Error())
-		r.setReady(policy, status, now, false)
-		return interval, nil
-	}
-
-	publishErr := r.publishTo(ctx, target, policy, status, now, p)
-	r.setReady(policy, status, now, len(p.Endpoints) == 0)
+	publishErr := r.publishTo(ctx, publishTarget, policy, o, p)
+	o.NoEndpoints = len(p.Endpoints) == 0
 	// The policy lives in one publisher at a time: after a switch of
 	// publish.target, the old one withdraws it.
-	return interval, errors.Join(publishErr, r.removeEverywhere(ctx, key, target))
+	return o, interval, errors.Join(publishErr, r.removeEverywhere(ctx, key, publishTarget))
 }
 
-// publishTo hands the plan to the target's publisher and records the outcome
-// in Programmed. An operator without that publisher says so; a publisher's
-// error is both the condition and the error returned, unless the policy is
-// one the publisher cannot express (publish.UnpublishableError): that is the
-// condition only.
-func (r *HedgePolicyReconciler) publishTo(ctx context.Context, target tailcutv1alpha1.PublishTarget, policy *tailcutv1alpha1.HedgePolicy,
-	status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, p plan.RoutePlan) error {
-	pub := r.Publishers[target]
+// publishTo hands the plan to the target's publisher and records the outcome.
+// An operator without that publisher says so; a publisher's error is both in
+// the outcome and returned, unless the policy is one the publisher cannot
+// express (publish.UnpublishableError): that is in the outcome only.
+func (r *HedgePolicyReconciler) publishTo(ctx context.Context, publishTarget tailcutv1alpha1.PublishTarget, policy *tailcutv1alpha1.HedgePolicy,
+	o *status.Outcome, p plan.RoutePlan) error {
+	pub := r.Publishers[publishTarget]
 	if pub == nil {
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", target))
+		o.PublisherAbsent = publishTarget
 		return nil
 	}
 	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPublishFailed, err.Error())
+		o.PublishError = err
 		if unpublishable := new(publish.UnpublishableError); errors.As(err, &unpublishable) {
 			return nil
 		}
 		return err
 	}
-	r.reportProgram(policy, status, now, pub.Status(client.ObjectKeyFromObject(policy)))
+	ps := pub.Status(client.ObjectKeyFromObject(policy))
+	o.Program = &ps
 	return nil
 }
 
@@ -249,123 +242,6 @@ func (r *HedgePolicyReconciler) targets() *target.Resolver {
 	return &target.Resolver{Reader: r.Client, HostAliases: r.HostAliases}
 }
 
-func (r *HedgePolicyReconciler) reportProgram(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ps publish.ProgramStatus) {
-	status.Proxies = &tailcutv1alpha1.ProxyCounts{Connected: ps.Connected, Programmed: ps.Programmed, Version: ps.Version}
-	switch {
-	case policy.Spec.EffectivePublishTarget() != tailcutv1alpha1.PublishIstio:
-		meta.RemoveStatusCondition(&status.Conditions, tailcutv1alpha1.ConditionRetriesPreserved)
-	case ps.Overridden != "":
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, false, tailcutv1alpha1.ReasonVirtualServiceRetries, ps.Overridden)
-	default:
-		msg := "no VirtualService in the namespace sets retries on the Service's host"
-		if ps.Retries != "" {
-			msg += "; " + ps.Retries
-		}
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionRetriesPreserved, true, tailcutv1alpha1.ReasonNoRetriesOverridden, msg)
-	}
-	switch {
-	case ps.Rejected != "":
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonRejected, "a proxy rejected version "+ps.Version+": "+ps.Rejected)
-	case ps.Connected == 0:
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonNoProxies, "no proxy is connected")
-	case ps.Serving < ps.Connected:
-		r.setProgrammed(policy, status, now, false, tailcutv1alpha1.ReasonPending,
-			fmt.Sprintf("%d of %d proxies run this policy; waiting for the others to acknowledge version %s", ps.Serving, ps.Connected, ps.Version))
-	case ps.Programmed < ps.Connected:
-		// Every proxy serves the policy; a change is rolling out. Programmed
-		// stays True, so Ready does not flap on every delay change.
-		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
-			fmt.Sprintf("%d of %d proxies run version %s; the others still run the previous one", ps.Programmed, ps.Connected, ps.Version))
-	case ps.Detail != "":
-		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed, ps.Detail)
-	default:
-		r.setProgrammed(policy, status, now, true, tailcutv1alpha1.ReasonProgrammed,
-			fmt.Sprintf("%d of %d proxies run version %s", ps.Programmed, ps.Connected, ps.Version))
-	}
-}
-
-// notAccepted records why the policy is not accepted: no delay is derived and
-// hedging is off. The caller sets Programmed and Ready.
-func (r *HedgePolicyReconciler) notAccepted(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, reason, msg string) {
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionAccepted, false, reason, msg)
-	if status.EffectiveDelay != nil {
-		status.LastDelayChange = &now
-	}
-	status.EffectiveDelay = nil
-	status.DelaySource = tailcutv1alpha1.DelaySourceNone
-	status.DelayReason = "not accepted: " + truncate(msg, 1000)
-	status.Proxies = nil
-	status.BudgetFloor = nil
-	setUnknown(status, now, tailcutv1alpha1.ConditionDelayDerived, "the policy is not accepted")
-}
-
-func (r *HedgePolicyReconciler) setProgrammed(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, ok bool, reason, msg string) {
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionProgrammed, ok, reason, msg)
-}
-
-// setReady sets Ready and Hedging (conditions.go says what each means).
-// Ready is False with the reason of the first condition that is not True, or
-// NoEndpoints; Hedging is False with the same reason, or with the reason no
-// hedge is sent, and True with the delay's source while one is in force.
-func (r *HedgePolicyReconciler) setReady(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, noEndpoints bool) {
-	notReady := func(reason, msg string) {
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, false, reason, msg)
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, reason, "no hedges: "+msg)
-	}
-	for _, t := range []string{tailcutv1alpha1.ConditionAccepted, tailcutv1alpha1.ConditionProgrammed} {
-		if c := meta.FindStatusCondition(status.Conditions, t); c == nil || c.Status != metav1.ConditionTrue {
-			reason, msg := tailcutv1alpha1.ReasonPending, t+" is not set yet"
-			if c != nil {
-				reason, msg = c.Reason, fmt.Sprintf("%s is %s: %s", t, c.Status, c.Message)
-			}
-			notReady(reason, msg)
-			return
-		}
-	}
-	if noEndpoints {
-		notReady(tailcutv1alpha1.ReasonNoEndpoints,
-			fmt.Sprintf("Service %s port %d has no ready endpoint: Envoy answers 503 until one is ready", policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port))
-		return
-	}
-	r.setCondition(policy, status, now, tailcutv1alpha1.ConditionReady, true, tailcutv1alpha1.ReasonReady, "accepted and programmed")
-	derived := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionDelayDerived)
-	switch {
-	case policy.Spec.Suspend:
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, tailcutv1alpha1.ReasonSuspended, status.DelayReason)
-	case derived == nil:
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, tailcutv1alpha1.ReasonNotEvaluated, "the delay is not evaluated yet")
-	case status.EffectiveDelay == nil:
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, false, derived.Reason, "hedging is off: "+status.DelayReason)
-	default:
-		r.setCondition(policy, status, now, tailcutv1alpha1.ConditionHedging, true, derived.Reason,
-			fmt.Sprintf("hedging after %s (%s): %s", status.EffectiveDelay.Duration, status.DelaySource, status.DelayReason))
-	}
-}
-
-// setCondition sets a condition, moving LastTransitionTime only when the status
-// changes, and records an event when the transition is worth one (eventworthy).
-func (r *HedgePolicyReconciler) setCondition(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, condType string, ok bool, reason, msg string) {
-	s := metav1.ConditionFalse
-	if ok {
-		s = metav1.ConditionTrue
-	}
-	// Against the stored condition: a reconcile may set one twice (Pending,
-	// then the proxies' answer).
-	prev := meta.FindStatusCondition(policy.Status.Conditions, condType)
-	changed := prev == nil || prev.Status != s || prev.Reason != reason
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: condType, Status: s, Reason: reason, Message: truncate(msg, 32768),
-		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: now,
-	})
-	if changed && r.Recorder != nil && eventworthy(prev, condType, ok, reason) {
-		eventType := corev1.EventTypeNormal
-		if !ok {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(policy, nil, eventType, reason, condType, "%s=%s: %s", condType, s, truncate(msg, 900))
-	}
-}
-
 // firstAckGrace is how long a new policy's first status may wait for the
 // proxies' ACK, from its first reconcile.
 const firstAckGrace = 2 * time.Second
@@ -378,38 +254,16 @@ const firstAckGrace = 2 * time.Second
 // runs from the first reconcile, not from creation: in that apply a policy
 // waited up to 4 s in the work queue, and counted from creation its grace
 // was over before it was first reconciled. 0: write now.
-func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus, now time.Time) time.Duration {
+func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy, next *tailcutv1alpha1.HedgePolicyStatus, now time.Time) time.Duration {
 	if len(policy.Status.Conditions) > 0 {
 		return 0
 	}
-	c := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+	c := meta.FindStatusCondition(next.Conditions, tailcutv1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPending {
 		return 0
 	}
 	seen, _ := r.firstSeen.LoadOrStore(client.ObjectKeyFromObject(policy), now)
 	return max(0, firstAckGrace-now.Sub(seen.(time.Time)))
-}
-
-// eventworthy says whether a condition's transition deserves an Event: a
-// problem, or the end of one. A new policy going well, a push on its way
-// (Pending), Ready and Hedging (which repeat the others) do not: with 1,000 new
-// policies they made five of every eight API writes the operator sent.
-func eventworthy(prev *metav1.Condition, condType string, ok bool, reason string) bool {
-	switch {
-	case condType == tailcutv1alpha1.ConditionReady || condType == tailcutv1alpha1.ConditionHedging || reason == tailcutv1alpha1.ReasonPending:
-		return false
-	case !ok:
-		return true
-	default:
-		return prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason != tailcutv1alpha1.ReasonPending
-	}
-}
-
-func setUnknown(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time, condType, msg string) {
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: condType, Status: metav1.ConditionUnknown, Reason: tailcutv1alpha1.ReasonNotAccepted, Message: msg,
-		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: now,
-	})
 }
 
 // staleRead says whether the cache still shows the policy as it was before
@@ -433,13 +287,14 @@ func (r *HedgePolicyReconciler) staleRead(policy *tailcutv1alpha1.HedgePolicy, n
 	return true
 }
 
-// patchStatus writes the status once, and not at all when nothing changed.
-func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, status *tailcutv1alpha1.HedgePolicyStatus) error {
-	if apiequality.Semantic.DeepEqual(&policy.Status, status) {
+// patchStatus writes the status once, and not at all when nothing changed,
+// then records an Event for each condition transition worth one.
+func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, next *tailcutv1alpha1.HedgePolicyStatus) error {
+	if apiequality.Semantic.DeepEqual(&policy.Status, next) {
 		return nil
 	}
 	base := policy.DeepCopy()
-	policy.Status = *status
+	policy.Status = *next
 	if err := r.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -447,8 +302,24 @@ func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcut
 		return fmt.Errorf("patching status: %w", err)
 	}
 	r.firstSeen.Delete(client.ObjectKeyFromObject(policy))
-	r.written.Store(client.ObjectKeyFromObject(policy), writtenStatus{resourceVersion: policy.ResourceVersion, status: status.DeepCopy(), at: r.Clock.Now()})
+	r.written.Store(client.ObjectKeyFromObject(policy), writtenStatus{resourceVersion: policy.ResourceVersion, status: next.DeepCopy(), at: r.Clock.Now()})
+	r.recordTransitions(policy, base.Status.Conditions, next.Conditions)
 	return nil
+}
+
+// recordTransitions records an Event for each condition transition worth one
+// (status.Transitions): a Warning for a problem, Normal for its end.
+func (r *HedgePolicyReconciler) recordTransitions(policy *tailcutv1alpha1.HedgePolicy, prev, next []metav1.Condition) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, t := range status.Transitions(prev, next) {
+		eventType := corev1.EventTypeNormal
+		if t.Status != metav1.ConditionTrue {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(policy, nil, eventType, t.Reason, t.Type, "%s=%s: %s", t.Type, t.Status, status.Truncate(t.Message, 900))
+	}
 }
 
 // removeEverywhere withdraws the policy from every publisher except keep ("":
@@ -486,13 +357,6 @@ func (r *HedgePolicyReconciler) retireEverywhere(ctx context.Context, key types.
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 // SetupWithManager registers the reconciler and the watches that lead back to

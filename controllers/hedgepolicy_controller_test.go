@@ -46,6 +46,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
+	"github.com/tailcut/tailcut/controllers/status"
 )
 
 func newNamespace(t *testing.T) string {
@@ -875,18 +876,19 @@ func TestUnpublishablePolicyIsAConditionNotAnError(t *testing.T) {
 	refusing := refusingPublisher{err: &publish.UnpublishableError{Err: errors.New("EnvoyFilter shop/tailcut-api exists and is not tailcut's")}}
 	r := &HedgePolicyReconciler{Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishIstio: refusing}}
 	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api"}}
-	status := &tailcutv1alpha1.HedgePolicyStatus{}
-	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err != nil {
+	o := &status.Outcome{}
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, o, plan.RoutePlan{Name: "shop/api"}); err != nil {
 		t.Errorf("publishTo returned %v, want nil", err)
 	}
-	c := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+	computed := status.Compute(policy, *o, metav1.Now())
+	c := meta.FindStatusCondition(computed.Conditions, tailcutv1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPublishFailed || !strings.Contains(c.Message, "is not tailcut's") {
 		t.Errorf("Programmed = %+v, want False, PublishFailed, with the publisher's words", c)
 	}
 	// Any other error is returned as well: the API server may answer next time.
 	refusing.err = errors.New("connection refused")
 	r.Publishers[tailcutv1alpha1.PublishIstio] = refusing
-	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err == nil {
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, &status.Outcome{}, plan.RoutePlan{Name: "shop/api"}); err == nil {
 		t.Error("publishTo hid a transient error")
 	}
 }
@@ -908,11 +910,12 @@ func TestPublisherNotConfigured(t *testing.T) {
 	r := &HedgePolicyReconciler{Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{tailcutv1alpha1.PublishXDS: xdsOnly}}
 	policy := &tailcutv1alpha1.HedgePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api"}}
 	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
-	status := &tailcutv1alpha1.HedgePolicyStatus{}
-	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, status, metav1.Now(), plan.RoutePlan{Name: "shop/api"}); err != nil {
+	o := &status.Outcome{}
+	if err := r.publishTo(context.Background(), tailcutv1alpha1.PublishIstio, policy, o, plan.RoutePlan{Name: "shop/api"}); err != nil {
 		t.Fatal(err)
 	}
-	c := meta.FindStatusCondition(status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+	computed := status.Compute(policy, *o, metav1.Now())
+	c := meta.FindStatusCondition(computed.Conditions, tailcutv1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tailcutv1alpha1.ReasonPublisherAbsent || !strings.Contains(c.Message, "no Istio publisher") {
 		t.Errorf("Programmed = %+v, want False, PublisherNotConfigured, naming Istio", c)
 	}
