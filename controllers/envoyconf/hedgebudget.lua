@@ -1,7 +1,8 @@
 -- tailcut's hedge account on an Istio mesh: a rate cap on hedges in Envoy's
 -- data path. tailcut's own Envoy runs the same account as a Proxy-Wasm module
 -- (controllers/envoyconf/hedgeaccount), which also sees the streams clients reset;
--- here a request that never answers keeps its commitment for the window.
+-- here a request that never answers keeps its commitment for the account's
+-- history (2 x window + 1 seconds).
 --
 -- Envoy's retry_budget does not bound hedges: a retry holds its place in the
 -- budget only while it waits out its back-off (1 ms on a hedged route), not

@@ -32,7 +32,8 @@ limitations under the License.
 // stream, answered or reset by its client, and the stream's upstream attempt
 // count says how many were sent. The Lua account (hedgebudget.lua), which
 // the Istio publisher still uses, sees only answered requests: there a
-// cancelled request keeps its commitment for the whole window.
+// cancelled request keeps its commitment for as long as the account keeps
+// its second (2 x window + 1 seconds).
 //
 // The ABI glue is abi_wasip1.go; on other platforms this package builds for
 // its tests only.
