@@ -64,8 +64,10 @@ type HedgePolicyReconciler struct {
 	// Owns are the kinds publishers write for a policy, owned by it (Istio's
 	// EnvoyFilters): a change to one, or its deletion, reconciles the policy.
 	Owns []client.Object
-	// Notifications name policies to re-evaluate because a proxy connected,
-	// acknowledged or rejected their configuration (the xDS server).
+	// Notifications name policies whose Programmed changed because a proxy
+	// connected, acknowledged or rejected their configuration (the xDS
+	// server). Their reconcile reports it; the estimator answers with the
+	// decision in force, taking a new one only when one is due.
 	Notifications []<-chan event.GenericEvent
 	// Evaluations name policies whose evaluation is due: the sampler read
 	// new metrics for them. They, and the periodic requeues, are queued at
