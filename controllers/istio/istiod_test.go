@@ -159,13 +159,6 @@ func maps(m map[string]int) map[string]int {
 	return c
 }
 
-// run starts a process for the test, logging to dir/name.log, and stops it
-// by PID when the test ends.
-func run(t *testing.T, dir, name string, env []string, bin string, args ...string) {
-	t.Helper()
-	harness.RunProcess(t, name, dir, env, bin, args...)
-}
-
 // sidecarBootstrap makes Envoy a sidecar of namespace demo for istiod's RDS
 // only: upstream Envoy cannot load istiod's clusters (they carry the
 // Istio-only istio.metadata_exchange), so the Service's cluster is static,
@@ -422,7 +415,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	}
 	// Every listener on loopback; no CA, no injector, no validation webhook:
 	// the test needs only istiod's config translation and its plain xDS.
-	run(t, dir, "istiod", []string{"POD_NAMESPACE=istio-system", "ENABLE_CA_SERVER=false", "INJECT_ENABLED=false", "VALIDATION_WEBHOOK_CONFIG_NAME="},
+	harness.RunProcess(t, "istiod", dir, []string{"POD_NAMESPACE=istio-system", "ENABLE_CA_SERVER=false", "INJECT_ENABLED=false", "VALIDATION_WEBHOOK_CONFIG_NAME="},
 		istiod, "discovery", "--kubeconfig", kubeconfig, "--meshConfig", mesh, "--networksConfig", networks,
 		"--httpAddr", "127.0.0.1:"+strconv.Itoa(httpPort), "--grpcAddr", "127.0.0.1:"+strconv.Itoa(grpcPort),
 		"--secureGRPCAddr", "", "--httpsAddr", "", "--monitoringAddr", "127.0.0.1:"+strconv.Itoa(monPort),
@@ -443,7 +436,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err := os.WriteFile(boot, []byte(sidecarBootstrap(listenPort, grpcPort, strconv.Itoa(port), cluster, nil, slow.port(), fast.port())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, "envoy", nil, envoy, "-c", boot, "--admin-address-path", adminPath, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
+	harness.RunProcess(t, "envoy", dir, nil, envoy, "-c", boot, "--admin-address-path", adminPath, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+7), "-l", "warning")
 	admin := harness.AddressFromFile(t, adminPath, 60*time.Second)
 
 	// The route Envoy holds for the Service's virtual host, with its version.
@@ -646,7 +639,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err := os.WriteFile(boot2, []byte(sidecarBootstrap(listenPort2, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, slow.port(), fast.port())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, "envoy-account", nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
+	harness.RunProcess(t, "envoy-account", dir, nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
 	probes := 0
 	harness.Eventually(t, 30*time.Second, "the second Envoy to route the Service", func() (bool, string) {
 		probes++
