@@ -11,7 +11,20 @@
 # No BuildKit-only syntax is used, so the classic builder works too.
 
 ARG GO_VERSION=1.26.8
+ARG RUST_VERSION=1.95.0
 ARG DISTROLESS_IMAGE=gcr.io/distroless/static-debian12:nonroot
+
+# The hedge account's Proxy-Wasm module (controllers/envoyconf/hedgeaccount).
+FROM rust:${RUST_VERSION} AS hedge-account
+WORKDIR /src
+RUN rustup target add wasm32-unknown-unknown
+# Crates first (the versions Cargo.lock pins), so that a code change does not
+# download them again; Cargo reads a manifest only beside its library.
+COPY controllers/envoyconf/hedgeaccount/Cargo.toml controllers/envoyconf/hedgeaccount/Cargo.lock ./
+RUN mkdir src && touch src/lib.rs && cargo fetch --locked
+COPY controllers/envoyconf/hedgeaccount/src/ src/
+RUN cargo build --locked --release --target wasm32-unknown-unknown && \
+    cp target/wasm32-unknown-unknown/release/tailcut_hedge_account.wasm /hedge-account.wasm
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
@@ -29,8 +42,7 @@ COPY test/workload/ test/workload/
 ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/tailcut . && \
-    GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/workload ./test/workload && \
-    GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" -o /out/hedge-account.wasm ./controllers/envoyconf/hedgeaccount
+    GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/workload ./test/workload
 
 FROM ${DISTROLESS_IMAGE} AS workload
 COPY --from=build /out/workload /workload
@@ -43,8 +55,9 @@ CMD ["--listen=:8090"]
 FROM ${DISTROLESS_IMAGE} AS operator
 COPY --from=build /out/tailcut /tailcut
 # The hedge account's Proxy-Wasm module: the proxies' init container copies it
-# beside their bootstrap (tailcut bootstrap --hedge-account-module).
-COPY --from=build /out/hedge-account.wasm /hedge-account.wasm
+# beside their bootstrap (tailcut bootstrap --hedge-account-module); the Istio
+# publisher inlines it in the EnvoyFilter that puts it in the sidecars.
+COPY --from=hedge-account /hedge-account.wasm /hedge-account.wasm
 USER 65532:65532
 # xDS (ADS gRPC), metrics, health probes.
 EXPOSE 18000 8080 8081

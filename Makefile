@@ -75,7 +75,8 @@ TOOL_ENV = assets=$$($(TOOLS) env); eval "$$assets"; \
 test: test-unit test-e2e ## Run every test: unit, real API server, real Envoy and Prometheus, and the local-stack e2e.
 
 .PHONY: test-unit
-test-unit: ## Unit tests plus the CEL, reconciler, xDS-with-Envoy and estimator-with-Prometheus tests.
+test-unit: ## Unit tests (Go, and the hedge account's Rust) plus the CEL, reconciler, xDS-with-Envoy and estimator-with-Prometheus tests.
+	hack/hedge-account.sh test
 	@$(TOOL_ENV); $(GO) test ./... -count=1 -timeout 25m
 
 .PHONY: test-e2e
@@ -141,8 +142,12 @@ bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and E
 ##@ Build
 
 .PHONY: build
-build: ## Build the operator binary into bin/.
+build: hedge-account ## Build the operator binary and the hedge account module into bin/.
 	$(GO) build -o bin/tailcut .
+
+.PHONY: hedge-account
+hedge-account: ## Build the hedge account's Proxy-Wasm module (Rust, pinned in hack/tools.sh) into bin/hedge-account.wasm.
+	mkdir -p bin && hack/hedge-account.sh build bin/hedge-account.wasm
 
 .PHONY: run
 run: ## Run the operator against the cluster in your kubeconfig.
@@ -199,7 +204,7 @@ helm-lint: ## helm lint the chart with its default values and with the demo on.
 	$$helm lint --strict charts/tailcut --set demo.enabled=true
 
 .PHONY: docker-base-images
-docker-base-images: ## Offline only: build local stand-ins for the Dockerfile's base images (golang, distroless) when no registry is reachable.
+docker-base-images: ## Offline only: build local stand-ins for the Dockerfile's base images (golang, rust, distroless) when no registry is reachable.
 	hack/kind-offline/docker-engine.sh
 	hack/kind-offline/app-images.sh bases
 

@@ -94,6 +94,7 @@ func main() {
 		metricsSecure          bool
 		metricsCertDir         string
 		istioOn                bool
+		istioAccountModule     string
 		xdsTLS                 envoyconf.TLSFiles
 		kubeQPS                float64
 		kubeBurst              int
@@ -117,6 +118,7 @@ func main() {
 	flag.IntVar(&listenerPort, "envoy-listener-port", 10000, "Port of the HTTP listener tailcut programs into Envoy.")
 	flag.StringVar(&hedgeAccountModule, "envoy-hedge-account-module", envoyconf.DefaultHedgeAccountModule, "Path, on the proxies, of the hedge account's Proxy-Wasm module (tailcut bootstrap --hedge-account-module puts it there). A proxy that cannot load it rejects the listener, and policies say so (NACK).")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
+	flag.StringVar(&istioAccountModule, "istio-hedge-account-module", "/hedge-account.wasm", "With --istio, the hedge account's Proxy-Wasm module, which the operator inlines in one EnvoyFilter per namespace with Istio policies (the operator image has it at this path).")
 	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
@@ -274,7 +276,12 @@ func main() {
 			log.Error(err, "--istio needs Istio's EnvoyFilter API (networking.istio.io/v1alpha3): install Istio, or run without --istio")
 			os.Exit(1)
 		}
-		reconciler.Publishers[tailcutv1alpha1.PublishIstio] = &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache()}
+		module, err := istio.LoadAccountModule(istioAccountModule)
+		if err != nil {
+			log.Error(err, "--istio needs the hedge account module (--istio-hedge-account-module)")
+			os.Exit(1)
+		}
+		reconciler.Publishers[tailcutv1alpha1.PublishIstio] = &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: module}
 		reconciler.Owns = append(reconciler.Owns, istio.NewEnvoyFilter())
 	}
 	if err := target.IndexPolicies(mgr); err != nil {

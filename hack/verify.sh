@@ -17,3 +17,15 @@ if [ -n "$untracked" ]; then
 	exit 1
 fi
 echo "verify: generated files are up to date"
+
+# The Rust toolchain is pinned in three places that must agree: hack/tools.sh
+# (tests, make hedge-account), the Dockerfile (images) and the offline rust
+# stand-in's tag.
+tools=$(sed -n 's/^RUST_VERSION=\([^[:space:]]*\).*/\1/p' hack/tools.sh)
+docker=$(sed -n 's/^ARG RUST_VERSION=\([^[:space:]]*\).*/\1/p' Dockerfile)
+image=$(sed -n 's/^RUST_IMAGE=rust:\([^[:space:]]*\).*/\1/p' hack/kind-offline/versions.sh)
+if [[ -z $tools || $tools != "$docker" || $tools != "$image" ]]; then
+	echo "verify: the Rust pins disagree: hack/tools.sh RUST_VERSION=$tools, Dockerfile RUST_VERSION=$docker, hack/kind-offline/versions.sh RUST_IMAGE=rust:$image" >&2
+	exit 1
+fi
+echo "verify: the Rust pins agree ($tools)"

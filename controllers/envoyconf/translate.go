@@ -206,7 +206,7 @@ func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 	hedgedRoute := route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
 		hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge))
 	if p.Hedge != nil {
-		hedgedRoute.Metadata = HedgeAccount(p, HedgeBudgetFilter, int(p.Hedge.MaxHedges))
+		hedgedRoute.Metadata = HedgeAccount(p, int(p.Hedge.MaxHedges))
 	}
 	routes := []*routev3.Route{
 		route(p.Name+"/bypass", prefix, []*routev3.HeaderMatcher{exactHeader(plan.BypassHeader, "1")}, bypass),

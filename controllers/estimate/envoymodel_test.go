@@ -138,8 +138,9 @@ func (m *envoyModel) record(t time.Time, firstAttempt, hedgeAttempt, delay, back
 	return hedged, latency
 }
 
-// hedgeAccount is controllers/envoyconf/hedgebudget.lua for one Envoy worker with
-// maxHedges 1: the hedges committed within the last window seconds (whole
+// hedgeAccount is a model of the hedge account (controllers/envoyconf/
+// hedgeaccount) for one Envoy worker with maxHedges 1, as it was before the
+// stretch check of #26: the hedges committed within the last window seconds (whole
 // Unix seconds) stay within ratio of the requests that arrived in them. A
 // request commits its hedge when it arrives, late (plan.Hedge.LateDelay) when
 // fewer than plan.HedgeLateThreshold would be left; one that is answered unhedged gives

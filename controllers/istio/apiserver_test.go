@@ -22,6 +22,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -161,17 +163,11 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	policy := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "api"},
-		Spec: tailcutv1alpha1.HedgePolicySpec{
-			TargetRef: tailcutv1alpha1.TargetRef{Name: p.Service, Port: p.Port},
-			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
-		},
-	}
+	policy := istioPolicy(p.Namespace, "api", p.Service, p.Port)
 	if err := c.Create(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
-	pub := &Publisher{Client: c, Reader: c}
+	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
 	key := client.ObjectKeyFromObject(policy)
 	read := func() *unstructured.Unstructured {
 		u := NewEnvoyFilter()
@@ -187,6 +183,10 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 	first := read()
 	if refs := first.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != policy.UID {
 		t.Errorf("owner references %+v, want the policy", refs)
+	}
+	account := NewEnvoyFilter()
+	if err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: AccountFilterName}, account); err != nil {
+		t.Fatalf("the namespace's hedge account filter: %v", err)
 	}
 	st := pub.Status(key)
 	if st.Programmed != 1 || st.Version == "" || st.Version != first.GetAnnotations()[AnnotationVersion] {
@@ -257,7 +257,7 @@ func TestPublisherLeavesAForeignFilterAlone(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "api", UID: "policy-uid"},
 		Spec:       tailcutv1alpha1.HedgePolicySpec{Publish: tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio}},
 	}
-	pub := &Publisher{Client: c, Reader: c}
+	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
 	err := pub.Publish(ctx, ownerOf(policy), p)
 	var unpublishable *publish.UnpublishableError
 	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
@@ -272,6 +272,65 @@ func TestPublisherLeavesAForeignFilterAlone(t *testing.T) {
 	}
 	if after.GetResourceVersion() != foreign.GetResourceVersion() || len(after.GetManagedFields()) != 1 {
 		t.Errorf("the foreign filter changed: resourceVersion %s -> %s, managed fields %d", foreign.GetResourceVersion(), after.GetResourceVersion(), len(after.GetManagedFields()))
+	}
+}
+
+// TestPoliciesShareTheAccountFilter: the policies of a namespace share one
+// account filter, owned by each of them; it stays while one of them is
+// published to Istio and goes with the last.
+func TestPoliciesShareTheAccountFilter(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := context.Background()
+	p, _ := mustLoad(t, "sidecar-get.yaml")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
+	var policies []*tailcutv1alpha1.HedgePolicy
+	for _, name := range []string{"api", "search"} {
+		policy := istioPolicy(p.Namespace, name, p.Service, p.Port)
+		if err := c.Create(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		rp := p
+		rp.Name = p.Namespace + "/" + name
+		if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
+			t.Fatal(err)
+		}
+		policies = append(policies, policy)
+	}
+	owners := func() ([]string, bool) {
+		u := NewEnvoyFilter()
+		err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: AccountFilterName}, u)
+		if apierrors.IsNotFound(err) {
+			return nil, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, o := range u.GetOwnerReferences() {
+			if o.Controller != nil && *o.Controller {
+				t.Errorf("owner %s is the account filter's controller; no policy is", o.Name)
+			}
+			names = append(names, o.Name)
+		}
+		return names, true
+	}
+	if names, ok := owners(); !ok || !slices.Equal(names, []string{"api", "search"}) {
+		t.Fatalf("account filter owners %v (exists: %v), want api and search", names, ok)
+	}
+	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policies[0])); err != nil {
+		t.Fatal(err)
+	}
+	if names, ok := owners(); !ok || !slices.Equal(names, []string{"search"}) {
+		t.Fatalf("after api left: owners %v (exists: %v), want search", names, ok)
+	}
+	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policies[1])); err != nil {
+		t.Fatal(err)
+	}
+	if names, ok := owners(); ok {
+		t.Fatalf("after the last policy left the account filter is still there, owned by %v", names)
 	}
 }
 

@@ -72,12 +72,13 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 
 // EnvoyFilter renders a plan as the EnvoyFilter of its policy (namespace and
 // name from the plan, "ns/name"). Four patches on the Service's virtual host
-// (<svc>.<ns>.svc.cluster.local:<port>) and one on the listeners:
+// (<svc>.<ns>.svc.cluster.local:<port>):
 //
 //   - MERGE on every routing route (action ROUTE): the hedged retry policy
 //     and the hedge policy, as the xDS translator sets them but keeping the
 //     mesh's failure retries (routeAction), and the terms of the policy's
-//     hedge account as route metadata. MERGE keeps what
+//     hedge account as route metadata (envoyconf.HedgeAccount), which the
+//     namespace's account filter (AccountFilter) acts on. MERGE keeps what
 //     istiod or the user's VirtualService put on the route (destinations,
 //     weights, rewrites, timeouts); it overrides the retry policy's scalar
 //     fields (retry_on, num_retries, per_try_timeout,
@@ -98,19 +99,9 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //     INSERT_FIRSTs in the order of the patches, each at the front, so this
 //     one, after the unhedged route's, ends up first: the sidecar's routes are
 //     bypass, unhedged, then istiod's (hedged) routes.
-//   - MERGE on the virtual host: attempt counts on requests (backends count
-//     hedges) and on responses (the account gives back unsent hedges). The
-//     response's never reaches the client: the account filter removes it on
-//     the routes it accounts, and on the inserted ones and the merged ones
-//     while hedging is off, which carry envoyconf.OwnedRoute metadata (the router
-//     adds it after a route's response_headers_to_remove).
-//   - INSERT_BEFORE the router of every HTTP connection manager in the
-//     context (on the Service's port for sidecars): the hedge account,
-//     hedgebudget.lua, as a Lua filter named after the policy
-//     (envoyconf.HedgeBudgetFilterFor). Envoy's retry budget does not bound hedges
-//     that are running; the account holds them to the budget over a sliding
-//     window, as on tailcut's own Envoy. It acts only on routes that carry
-//     its policy's metadata; other traffic passes untouched.
+//   - MERGE on the virtual host: attempt counts on requests, so that backends
+//     can count hedges. Not on responses: the account reads the stream's
+//     attempt count from Envoy, and clients never see it.
 //
 // A plan without a hedge (hedging off) merges no retry policy: the routes keep
 // the mesh's (or a VirtualService's) retries. Turning hedging off is still a
@@ -140,27 +131,14 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		}
 		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
-	account := envoyconf.HedgeBudgetFilterFor(p.Name)
-	merged := &routev3.Route{Metadata: envoyconf.OwnedRoute(account), StatPrefix: plan.MeshHedgedStatPrefix}
+	merged := &routev3.Route{StatPrefix: plan.MeshHedgedStatPrefix}
 	if p.Hedge != nil {
 		merged.Action = &routev3.Route_Route{Route: routeAction(p)}
-		merged.Metadata = envoyconf.HedgeAccount(p, account, meshRetries(p.Hedge))
+		merged.Metadata = envoyconf.HedgeAccount(p, meshRetries(p.Hedge))
 	}
 	hedgedRoute, err := asMap(merged)
 	if err != nil {
 		return nil, err
-	}
-	filter, err := asMap(envoyconf.HedgeBudgetHTTPFilter(account))
-	if err != nil {
-		return nil, err
-	}
-	listener := map[string]any{"filterChain": map[string]any{"filter": map[string]any{
-		"name":      "envoy.filters.network.http_connection_manager",
-		"subFilter": map[string]any{"name": "envoy.filters.http.router"},
-	}}}
-	if context != tailcutv1alpha1.IstioGateway {
-		// A gateway listens on its own ports, not the Service's.
-		listener["portNumber"] = int64(p.Port)
 	}
 	unhedged, err := asMap(unhedgedRoute(p, host))
 	if err != nil {
@@ -193,13 +171,8 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 				"applyTo": "VIRTUAL_HOST",
 				"match":   match(""),
 				"patch": map[string]any{"operation": "MERGE", "value": map[string]any{
-					"include_request_attempt_count": true, "include_attempt_count_in_response": true,
+					"include_request_attempt_count": true,
 				}},
-			},
-			map[string]any{
-				"applyTo": "HTTP_FILTER",
-				"match":   map[string]any{"context": patchContext, "listener": listener},
-				"patch":   map[string]any{"operation": "INSERT_BEFORE", "value": filter},
 			},
 		}},
 	}}
@@ -284,7 +257,6 @@ func unhedgedRoute(p plan.RoutePlan, host string) *routev3.Route {
 			}},
 		},
 		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata:   envoyconf.OwnedRoute(envoyconf.HedgeBudgetFilterFor(p.Name)),
 		StatPrefix: plan.MeshUnhedgedStatPrefix,
 	}
 }
@@ -315,7 +287,6 @@ func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 			}},
 		},
 		Action:     &routev3.Route_Route{Route: unhedgedAction(p, host)},
-		Metadata:   envoyconf.OwnedRoute(envoyconf.HedgeBudgetFilterFor(p.Name)),
 		StatPrefix: plan.MeshBypassStatPrefix,
 	}
 }

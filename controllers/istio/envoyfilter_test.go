@@ -29,6 +29,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/test/harness"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -55,6 +56,17 @@ func loadGolden(t *testing.T, path string) (plan.RoutePlan, tailcutv1alpha1.Isti
 }
 
 // ownerOf is the policy as the reconciler hands it to publishers.
+// istioPolicy is a policy published to Istio for a Service port.
+func istioPolicy(namespace, name, service string, port int32) *tailcutv1alpha1.HedgePolicy {
+	return &tailcutv1alpha1.HedgePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: tailcutv1alpha1.HedgePolicySpec{
+			TargetRef: tailcutv1alpha1.TargetRef{Name: service, Port: port},
+			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
+		},
+	}
+}
+
 func ownerOf(policy *tailcutv1alpha1.HedgePolicy) publish.Owner {
 	o := publish.Owner{Key: types.NamespacedName{Namespace: policy.Namespace, Name: policy.Name}, UID: policy.UID}
 	if policy.Spec.Publish.Istio != nil {
@@ -89,6 +101,26 @@ func TestEnvoyFilterGolden(t *testing.T) {
 	}
 }
 
+// testModule stands for the hedge account's module in the golden file: the
+// header of an empty WebAssembly module, so that the file stays readable.
+// TestIstiodMergesTheHedgeIntoEnvoy runs the real one.
+var testModule = []byte("\x00asm\x01\x00\x00\x00")
+
+// TestAccountFilterGolden renders the namespace's hedge account filter;
+// TestGoldenFiltersPassServerSideDryRun sends it to the API server with the
+// policies' filters.
+func TestAccountFilterGolden(t *testing.T) {
+	filter, err := AccountFilter("shop", testModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(filter.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Golden(t, "./controllers/istio", filepath.Join("testdata", "out", "account-filter.yaml"), append([]byte(goldenHeader), b...))
+}
+
 // TestMethodsNotHedgedGetTheirOwnRoute: the MERGE patch lands on every
 // routing route of the virtual host, whatever the method, so every other
 // method is sent, first, to a route without a hedge. Checked on the rendered
@@ -101,8 +133,8 @@ func TestMethodsNotHedgedGetTheirOwnRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	patches := filter.Object["spec"].(map[string]any)["configPatches"].([]any)
-	if len(patches) != 5 {
-		t.Fatalf("%d patches, want the route MERGE, the two INSERT_FIRSTs, the virtual host MERGE and the hedge account", len(patches))
+	if len(patches) != 4 {
+		t.Fatalf("%d patches, want the route MERGE, the two INSERT_FIRSTs and the virtual host MERGE", len(patches))
 	}
 	insert := patches[1].(map[string]any)["patch"].(map[string]any)
 	b, err := yaml.Marshal(insert)
@@ -147,14 +179,13 @@ func TestBypassRouteIsInsertedLast(t *testing.T) {
 	}
 	s := inserts[1]
 	for _, want := range []string{"name: shop/api/bypass", "name: " + plan.BypassHeader, "exact: \"1\"", "cluster: outbound|8080||api.shop.svc.cluster.local",
-		"retry_on: connect-failure,refused-stream", "num_retries: 2", "owned: true"} {
+		"retry_on: connect-failure,refused-stream", "num_retries: 2"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the bypass route lacks %q:\n%s", want, s)
 		}
 	}
-	// Metadata that marks it tailcut's (the attempt count is removed from
-	// its answers), not an account's terms.
-	for _, not := range []string{"hedge_policy", "per_try_timeout", "ratio:", ":method"} {
+	// No account's terms: the account filter leaves its requests alone.
+	for _, not := range []string{"hedge_policy", "per_try_timeout", "ratio:", ":method", "metadata"} {
 		if strings.Contains(s, not) {
 			t.Errorf("the bypass route has %q:\n%s", not, s)
 		}

@@ -50,7 +50,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/envtestutil"
@@ -59,6 +58,7 @@ import (
 
 // replica is a backend that counts what reaches it: attempts by method and
 // by x-envoy-attempt-count, and executions (requests it served to the end).
+// It answers after its delay, or after slowPathDelay for a path with /slow-.
 type replica struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
@@ -72,8 +72,12 @@ func newReplica(t *testing.T, delay time.Duration) *replica {
 		r.mu.Lock()
 		r.attempts[req.Method+"/"+req.Header.Get("x-envoy-attempt-count")]++
 		r.mu.Unlock()
+		wait := delay
+		if strings.Contains(req.URL.Path, "/slow-") {
+			wait = slowPathDelay
+		}
 		select {
-		case <-time.After(delay):
+		case <-time.After(wait):
 		case <-req.Context().Done():
 			return // a hedge's loser, cancelled by Envoy
 		}
@@ -85,6 +89,9 @@ func newReplica(t *testing.T, delay time.Duration) *replica {
 	t.Cleanup(r.srv.Close)
 	return r
 }
+
+// slowPathDelay is how long any replica takes for a path with /slow-.
+const slowPathDelay = 300 * time.Millisecond
 
 func (r *replica) port() int { return r.srv.Listener.Addr().(*net.TCPAddr).Port }
 
@@ -302,6 +309,14 @@ func measureAt(t *testing.T, label string, listenPort int, host string, port int
 	return p99, att, exec
 }
 
+func filterNames(filters []*hcmv3.HttpFilter) []string {
+	var names []string
+	for _, f := range filters {
+		names = append(names, f.GetName())
+	}
+	return names
+}
+
 // listenerHTTPFilters asks istiod over ADS, as a sidecar of namespace demo
 // would, for its listeners, and returns the HTTP filters of the first HTTP
 // connection manager of the named one, with the names of all it got.
@@ -484,13 +499,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	baseP99, _, _ := measure("before tailcut", http.MethodGet, 100)
 
 	// Publish, as the operator does.
-	policy := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "backend"},
-		Spec: tailcutv1alpha1.HedgePolicySpec{
-			TargetRef: tailcutv1alpha1.TargetRef{Name: "backend", Port: port},
-			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
-		},
-	}
+	policy := istioPolicy("demo", "backend", "backend", port)
 	if err := c.Create(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +510,11 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		Hedge:  &plan.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 1, RetryOn: []string{"connect-failure", "reset"}},
 		Budget: plan.Budget{Percent: 5, MinConcurrency: 3},
 	}
-	pub := &Publisher{Client: c, Reader: c}
+	module, err := LoadAccountModule(harness.HedgeAccountModule(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &Publisher{Client: c, Reader: c, AccountModule: module}
 	hedged := func(perTry string) func() (bool, string) {
 		return func() (bool, string) {
 			v, rs := routes()
@@ -605,14 +618,13 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	// (#24): every panel that reads the data plane.
 	checkMeshDashboards(t, prom, listenPort, host, port, slow, fast)
 
-	// The hedge account. istiod puts the policy's Lua filter before the
-	// router of the Service's outbound listener. Upstream Envoy cannot take
-	// istiod's listeners (they carry Istio-only filters), so a second Envoy
-	// runs that filter, as istiod rendered it, before its router, with
-	// istiod's routes. Half the requests meet the slow replica: unbounded,
-	// half would be hedged (the first Envoy above); the account holds hedges
-	// to the budget, 5% of the requests.
-	account := envoyconf.HedgeBudgetFilterFor(rp.Name)
+	// The hedge account. istiod puts the namespace's account filter (the
+	// Proxy-Wasm module, inlined) before the router of the sidecar's
+	// listeners. Upstream Envoy cannot take istiod's listeners (they carry
+	// Istio-only filters), so more Envoys run that filter, as istiod rendered
+	// it, before their router, with istiod's routes. Half the requests meet
+	// the slow replica: unbounded, half would be hedged (the first Envoy
+	// above); the account holds hedges to the budget, 5% of the requests.
 	var rendered *hcmv3.HttpFilter
 	listener := fmt.Sprintf("0.0.0.0_%d", port)
 	harness.Eventually(t, 30*time.Second, "the hedge account before the router in istiod's listener "+listener, func() (bool, string) {
@@ -620,11 +632,8 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		var names []string
-		for _, f := range filters {
-			names = append(names, f.GetName())
-		}
-		i, r := slices.Index(names, account), slices.Index(names, "envoy.filters.http.router")
+		names := filterNames(filters)
+		i, r := slices.Index(names, envoyconf.HedgeBudgetFilter), slices.Index(names, "envoy.filters.http.router")
 		if i >= 0 {
 			rendered = filters[i]
 		}
@@ -634,18 +643,30 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listenPort2 := harness.Port(t)
-	boot2 := filepath.Join(dir, "envoy-account.yaml")
-	if err := os.WriteFile(boot2, []byte(sidecarBootstrap(listenPort2, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, slow.port(), fast.port())), 0o600); err != nil {
-		t.Fatal(err)
+	envoys := 0
+	// sidecar starts an Envoy with the account filter and returns its port
+	// once it routes the Service, and the probes that took.
+	sidecar := func(name string, replicas ...*replica) (int, int) {
+		envoys++
+		listenPort := harness.Port(t)
+		boot := filepath.Join(dir, name+".yaml")
+		var ports []int
+		for _, r := range replicas {
+			ports = append(ports, r.port())
+		}
+		if err := os.WriteFile(boot, []byte(sidecarBootstrap(listenPort, grpcPort, strconv.Itoa(port), cluster, []string{string(filterJSON)}, ports...)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		harness.RunProcess(t, name, dir, nil, envoy, "-c", boot, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8+envoys), "-l", "warning")
+		probes := 0
+		harness.Eventually(t, 30*time.Second, name+" to route the Service", func() (bool, string) {
+			probes++
+			_, _, codes := sendTo(listenPort, host, port, http.MethodGet, 1, 1)
+			return codes[http.StatusOK] == 1, fmt.Sprint(codes)
+		})
+		return listenPort, probes
 	}
-	harness.RunProcess(t, "envoy-account", dir, nil, envoy, "-c", boot2, "--concurrency", "1", "--base-id", strconv.Itoa(os.Getpid()%50000+8), "-l", "warning")
-	probes := 0
-	harness.Eventually(t, 30*time.Second, "the second Envoy to route the Service", func() (bool, string) {
-		probes++
-		_, _, codes := sendTo(listenPort2, host, port, http.MethodGet, 1, 1)
-		return codes[http.StatusOK] == 1, fmt.Sprint(codes)
-	})
+	listenPort2, probes := sidecar("envoy-account", slow, fast)
 	const accountRequests = 400
 	_, att, _ = measureAt(t, "hedged, with the hedge account", listenPort2, host, port, http.MethodGet, accountRequests, 8, slow, fast)
 	hedges, most := att["fast GET/2"]+att["slow GET/2"], int(0.05*float64(accountRequests+probes))
@@ -665,7 +686,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		"x-envoy-retry-on": "5xx,reset,retriable-4xx", "x-envoy-hedge-on-per-try-timeout": "true",
 	}
 	// The attempt count stays inside on the account's routes and on the
-	// bypass route (#23, defect 11): the filter removes it.
+	// bypass route (#23, defect 11): only requests ask for it.
 	leaked := 0
 	for i := range 50 {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/item/%d", listenPort2, i), nil)
@@ -682,7 +703,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.Header.Get(envoyconf.AttemptCountHeader) != "" {
+		if resp.Header.Get("x-envoy-attempt-count") != "" {
 			leaked++
 		}
 	}
@@ -698,7 +719,7 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		}
 	}
 	if leaked > 0 {
-		t.Errorf("%d of 50 responses carried %s to the client", leaked, envoyconf.AttemptCountHeader)
+		t.Errorf("%d of 50 responses carried x-envoy-attempt-count to the client", leaked)
 	}
 
 	// A replica restarts at a low rate: the account fits few hedges, and the
@@ -709,6 +730,20 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 	t.Logf("60 GETs at 20/s while a replica restarts, with tailcut's patch and filter: statuses %v (istiod's routes alone: %v)", withCodes, meshCodes)
 	if withCodes[http.StatusOK] < meshCodes[http.StatusOK] {
 		t.Errorf("across a replica's restart: %v with tailcut's filter, %v with the mesh's routes alone; want as many answered as the mesh's own retries answer", withCodes, meshCodes)
+	}
+
+	// Callers with deadlines of their own reset requests (#23, defect 2): a
+	// fresh sidecar, and one more, each for 20 s at 50 GETs a second, the
+	// second with one request in 25 reset by its client 5 ms in, long
+	// before the hedge (20 ms). The account gives a cancelled request's
+	// unsent hedge back when its stream ends; the Lua account could not see
+	// that end, and a cancelled request kept its hedge for the account's
+	// whole history.
+	polite := hedgesWithCancellations(t, sidecar, "envoy-polite", host, port, fast, 0)
+	cancelling := hedgesWithCancellations(t, sidecar, "envoy-cancelling", host, port, fast, 25)
+	t.Logf("the account on a sidecar: %d hedges without cancellations, %d with 4%% of requests cancelled", polite, cancelling)
+	if float64(cancelling) < 0.95*float64(polite) {
+		t.Errorf("with cancellations the account sent %d hedges, without %d: want at least 95%%", cancelling, polite)
 	}
 
 	rp.Hedge.Delay = 35 * time.Millisecond
@@ -725,6 +760,94 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		s := compact(rs)
 		return len(rs) > 0 && !strings.Contains(s, "hedge_policy") && !strings.Contains(s, UnhedgedRouteName) && !strings.Contains(s, BypassRouteName(rp.Name)), "version " + v + ": " + s
 	})
+	harness.Eventually(t, 30*time.Second, "the hedge account gone from istiod's listener "+listener, func() (bool, string) {
+		filters, _, err := listenerHTTPFilters(grpcPort, listener)
+		if err != nil {
+			return false, err.Error()
+		}
+		names := filterNames(filters)
+		return len(names) > 0 && !slices.Contains(names, envoyconf.HedgeBudgetFilter), fmt.Sprintf("HTTP filters %v", names)
+	})
+}
+
+// hedgesWithCancellations starts a sidecar with the account, to the fast
+// replica alone, and sends it 50 GETs a second for 20 s, within one of the
+// account's windows. One request in 25 is slow (slowPathDelay): fewer than
+// the 5% budget can hedge, so the account should hedge each. When
+// cancelEvery is not 0, every cancelEvery-th request besides is a slow one
+// that its client resets after 5 ms, long before its hedge (20 ms). It
+// returns the hedges the replica saw, and checks them against the budget: at
+// most 5% of the requests, cancelled ones included (they arrived).
+func hedgesWithCancellations(t *testing.T, sidecar func(string, ...*replica) (int, int), name, host string, port int, fast *replica, cancelEvery int) int {
+	t.Helper()
+	const rate, length, slowEvery, cancelAfter = 50, 20 * time.Second, 25, 5 * time.Millisecond
+	listenPort, probes := sidecar(name, fast)
+	fast.reset()
+	patient := &http.Client{Timeout: 5 * time.Second}
+	impatient := &http.Client{Timeout: cancelAfter}
+	var (
+		mu                            sync.Mutex
+		slowSent, answered, cancelled int
+		wg                            sync.WaitGroup
+	)
+	n := int(rate * length / time.Second)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		cl, path := patient, fmt.Sprintf("/item/%s-%d", name, i)
+		switch {
+		case cancelEvery > 0 && i%cancelEvery == cancelEvery/2:
+			cl, path = impatient, fmt.Sprintf("/item/slow-cancelled-%s-%d", name, i)
+		case i%slowEvery == 0:
+			path = fmt.Sprintf("/item/slow-%s-%d", name, i)
+			slowSent++
+		}
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", listenPort, path), nil)
+			req.Host = fmt.Sprintf("%s:%d", host, port)
+			resp, err := cl.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if cl == impatient {
+					cancelled++
+				}
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				answered++
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(slowPathDelay) // the last hedges arrive
+	attempts, _ := fast.counts()
+	hedges := attempts["GET/2"]
+	all := n + probes
+	most := int(0.05 * float64(all))
+	t.Logf("%s: %d GETs (%d probes), %d slow, %d answered, %d cancelled after %s: %d hedges, at most %d (5%%); attempts %v",
+		name, all, probes, slowSent, answered, cancelled, cancelAfter, hedges, most, attempts)
+	if cancelEvery > 0 && cancelled != n/cancelEvery {
+		t.Errorf("%s: %d requests were cancelled; want the %d sent to be", name, cancelled, n/cancelEvery)
+	}
+	if answered+cancelled != n {
+		t.Errorf("%s: %d answered and %d cancelled of %d", name, answered, cancelled, n)
+	}
+	if hedges > most {
+		t.Errorf("%s: %d hedges for %d requests, over the 5%% budget (%d)", name, hedges, all, most)
+	}
+	// The slow requests are fewer than the budget: the account hedges each,
+	// but for what the first seconds of a window round down.
+	if least := min(most, slowSent) - 5; hedges < least {
+		t.Errorf("%s: %d hedges for %d slow requests, want at least %d: a cancelled request's unsent hedge must come back to the account", name, hedges, slowSent, least)
+	}
+	if attempts["GET/3"] > 0 {
+		t.Errorf("%s: %d third attempts; maxHedges is 1", name, attempts["GET/3"])
+	}
+	return hedges
 }
 
 // routeStats reads Envoy's Prometheus stats and returns the value of each

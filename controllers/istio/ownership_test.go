@@ -32,7 +32,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/test/envtestutil"
 )
 
@@ -79,18 +78,12 @@ func TestPublisherUnderOpenShiftsOwnerRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := strings.Repeat("a", 120) + "." + strings.Repeat("b", 132)
-	policy := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name},
-		Spec: tailcutv1alpha1.HedgePolicySpec{
-			TargetRef: tailcutv1alpha1.TargetRef{Name: p.Service, Port: p.Port},
-			Publish:   tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio},
-		},
-	}
+	policy := istioPolicy(p.Namespace, name, p.Service, p.Port)
 	if err := admin.Create(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
 	p.Name = p.Namespace + "/" + name
-	pub := &Publisher{Client: asOperator, Reader: asOperator}
+	pub := &Publisher{Client: asOperator, Reader: asOperator, AccountModule: testModule}
 	if err := pub.Publish(ctx, ownerOf(policy), p); err != nil {
 		t.Fatalf("publishing as the operator: %v", err)
 	}

@@ -47,12 +47,17 @@ const AnnotationVersion = "tailcut.dev/version"
 
 // Publisher writes one EnvoyFilter per policy with server-side apply, owned by
 // the policy (deleting the policy deletes it), and removes it when the policy
-// goes or switches publisher.
+// goes or switches publisher. Beside them, one per namespace, it keeps the
+// hedge account filter (AccountFilter) that the policies' routes need.
 type Publisher struct {
 	// Client writes EnvoyFilters. Reader reads them, from the manager's
 	// cache, so that Remove costs nothing for the policies that never had one.
 	Client client.Client
 	Reader client.Reader
+	// AccountModule is the hedge account's Proxy-Wasm module
+	// (controllers/envoyconf/hedgeaccount), inlined in the account filter;
+	// LoadAccountModule reads and checks it.
+	AccountModule []byte
 
 	mu        sync.Mutex
 	published map[types.NamespacedName]published
@@ -94,6 +99,11 @@ func (p *Publisher) Publish(ctx context.Context, owner publish.Owner, rp plan.Ro
 		return &publish.UnpublishableError{Err: fmt.Errorf("EnvoyFilter %s/%s exists and is not tailcut's (no label %s=%s); tailcut leaves it alone: rename or delete it",
 			existing.GetNamespace(), existing.GetName(), LabelManagedBy, ManagedBy)}
 	}
+	// The account first: a hedged route whose account filter is missing
+	// would hedge without a budget.
+	if err := p.ensureAccount(ctx, key, owner.UID); err != nil {
+		return err
+	}
 	if existing != nil && existing.GetAnnotations()[AnnotationVersion] == version {
 		p.remember(key, version, overridden, RetriesKept(rp))
 		return nil
@@ -115,23 +125,23 @@ func (p *Publisher) Publish(ctx context.Context, owner publish.Owner, rp plan.Ro
 	return nil
 }
 
-// Remove deletes the policy's EnvoyFilter, if tailcut wrote one.
+// Remove deletes the policy's EnvoyFilter, if tailcut wrote one, then lets
+// go of the namespace's account filter: its routes no longer need it.
 func (p *Publisher) Remove(ctx context.Context, key types.NamespacedName) error {
 	p.mu.Lock()
 	delete(p.published, key)
 	p.mu.Unlock()
 	existing, err := p.get(ctx, key)
-	if err != nil || existing == nil {
+	if err != nil {
 		return err
 	}
-	if existing.GetLabels()[LabelManagedBy] != ManagedBy {
-		return nil // someone else's filter with our name: not ours to delete
+	if existing != nil && existing.GetLabels()[LabelManagedBy] == ManagedBy { // else someone else's filter with our name
+		err = p.Client.Delete(ctx, existing, client.Preconditions{UID: ptrTo(existing.GetUID())})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting EnvoyFilter %s/%s: %w", existing.GetNamespace(), existing.GetName(), err)
+		}
 	}
-	err = p.Client.Delete(ctx, existing, client.Preconditions{UID: ptrTo(existing.GetUID())})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting EnvoyFilter %s/%s: %w", existing.GetNamespace(), existing.GetName(), err)
-	}
-	return nil
+	return p.releaseAccount(ctx, key)
 }
 
 // Status reports the filter as programmed once the API server holds its

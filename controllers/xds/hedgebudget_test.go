@@ -180,8 +180,8 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 // than the 5% budget can hedge. A request commits a hedge when it arrives and
 // gives it back when it is answered unhedged, so the fast nine in ten leave
 // the budget to the slow ones: 5% of 1,000 requests, 50 hedges, all of slow
-// requests. With the give-back removed from the Lua, the commitments fell on
-// fast requests and 0 hedges were sent.
+// requests. With the give-back removed from the account (the Lua account of
+// the time), the commitments fell on fast requests and 0 hedges were sent.
 func TestHedgeAccountGivesBackUnusedHedges(t *testing.T) {
 	runAccount(t, 10)
 }

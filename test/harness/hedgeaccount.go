@@ -21,31 +21,32 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
 
-// HedgeAccountPackage is the hedge account's Proxy-Wasm module, which
-// tailcut's Envoy loads (xds.TranslateOptions.HedgeAccountModule).
-const HedgeAccountPackage = "github.com/tailcut/tailcut/controllers/envoyconf/hedgeaccount"
-
-// BuildHedgeAccountModule builds the hedge account module into dir, as the
-// Dockerfile does, and returns its path. The go command must run inside the
-// tailcut module (a test's or the repository's directory). The module is
-// written under another name and renamed into place, so that processes
-// building it at once never load half a file.
+// BuildHedgeAccountModule builds the hedge account's Proxy-Wasm module
+// (controllers/envoyconf/hedgeaccount, Rust) into dir with
+// hack/hedge-account.sh, as the Dockerfile builds it, and returns its path.
+// The go command must run inside the tailcut module (a test's or the
+// repository's directory). The script copies the module into place under
+// another name first, so that processes building it at once never load half
+// a file.
 func BuildHedgeAccountModule(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "hedge-account.wasm")
-	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags=-s -w", "-o", tmp, HedgeAccountPackage)
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the hedge account module (GOOS=wasip1 GOARCH=wasm go build %s): %v\n%s", HedgeAccountPackage, err, b)
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(gomod)), "go.mod") {
+		return "", fmt.Errorf("building the hedge account module: not inside the tailcut module (go env GOMOD: %q, %v)", gomod, err)
 	}
-	return out, os.Rename(tmp, out)
+	script := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "hack", "hedge-account.sh")
+	if b, err := exec.Command(script, "build", out).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the hedge account module (%s build): %v\n%s", script, err, b)
+	}
+	return out, nil
 }
 
 var (
@@ -55,8 +56,8 @@ var (
 )
 
 // HedgeAccountModule returns the hedge account module, built once per test
-// process from the current source into one shared temporary directory (Go's
-// build cache makes a rebuild cheap).
+// process from the current source into one shared temporary directory
+// (Cargo's target directory in the cache makes a rebuild cheap).
 func HedgeAccountModule(tb testing.TB) string {
 	tb.Helper()
 	moduleOnce.Do(func() {

@@ -495,7 +495,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Durati
 // fails every request (503), for two minutes each, then recovers. Hedging must
 // not pile on: over every 30 s window the requests the workload receives stay
 // within (1 + budget) x the client's requests (the hedge account,
-// controllers/envoyconf/hedgebudget.lua). Envoy's retry_budget does not bound
+// controllers/envoyconf/hedgeaccount). Envoy's retry_budget does not bound
 // hedges and the operator's delay follows Prometheus seconds behind; without
 // the account the window of the slowdown took +7.61%.
 func TestChaosBrownout(t *testing.T) {

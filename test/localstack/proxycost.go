@@ -53,6 +53,9 @@ type ProxyCostRun struct {
 	// CPU is the proxy's user + system seconds over the measured run.
 	CPU     float64
 	Elapsed time.Duration
+	// RSS is the proxy's resident set at the run's end, in MiB: the
+	// module's VMs (one per worker and the main thread) show here.
+	RSS float64
 }
 
 // CPUPerThousand is the proxy's CPU milliseconds per 1,000 requests.
@@ -122,12 +125,15 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 					return err
 				}
 				r.CPU = after - before
+				if r.RSS, _, err = memory(p.PID()); err != nil {
+					return err
+				}
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			o.Logf("%-13s workers %d %5d/s: achieved %.1f/s, %d late, %d errors, p50 %.3f ms p99 %.3f ms, proxy CPU %.1f%% of a core, %.1f ms per 1,000",
-				via, workers, rate, arm.AchievedRate, arm.Lag.Late, arm.Errors, arm.P50, arm.P99, 100*r.CPU/r.Elapsed.Seconds(), r.CPUPerThousand())
+			o.Logf("%-13s workers %d %5d/s: achieved %.1f/s, %d late, %d errors, p50 %.3f ms p99 %.3f ms, proxy CPU %.1f%% of a core, %.1f ms per 1,000, RSS %.1f MiB",
+				via, workers, rate, arm.AchievedRate, arm.Lag.Late, arm.Errors, arm.P50, arm.P99, 100*r.CPU/r.Elapsed.Seconds(), r.CPUPerThousand(), r.RSS)
 			runs = append(runs, r)
 		}
 		return nil
@@ -277,8 +283,8 @@ func ProxyCostVerdicts(runs []ProxyCostRun) (lines []string, missed bool) {
 		case cpu > ProxyCostGoalCPU || p50 > ProxyCostGoalP50MS:
 			verdict, missed = "misses the goal", true
 		}
-		lines = append(lines, fmt.Sprintf("%d worker(s), %d/s: the account adds %+.1f%% CPU per request and %+.3f ms at p50: %s",
-			r.Workers, r.Rate, 100*cpu, p50, verdict))
+		lines = append(lines, fmt.Sprintf("%d worker(s), %d/s: the account adds %+.1f%% CPU per request, %+.3f ms at p50 and %+.0f MiB of memory: %s",
+			r.Workers, r.Rate, 100*cpu, p50, r.RSS-base.RSS, verdict))
 	}
 	return lines, missed
 }
@@ -291,26 +297,27 @@ func ProxyCostSection(runs []ProxyCostRun, o ProxyCostOptions) string {
 		"%s each after a %s warm-up, to a no-op upstream (an Envoy answering every request itself) either directly or through "+
 		"Envoy with the listener, route and cluster tailcut renders for one policy (hedge after 50 ms, never reached: every request "+
 		"pays the account's bookkeeping, none is hedged), without and with the hedge account (the Proxy-Wasm module). CPU is the "+
-		"proxy Envoy's user + system time over the run; latency is the client's, so the proxy's added latency is a row's p50 and "+
+		"proxy Envoy's user + system time over the run, RSS its resident set at the run's end; latency is the client's, so the proxy's added latency is a row's p50 and "+
 		"p99 less the direct row's at the same rate. A run is invalid when more than 1%% of sends left 10 ms or more late, or a "+
 		"request failed. Goal (#26): the account adds at most %.0f%% CPU and %.1f ms at p50.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), verify.Generator(),
 		o.Duration, o.Duration/5, 100*ProxyCostGoalCPU, ProxyCostGoalP50MS)
-	fmt.Fprintf(&b, "| via | workers | rate/s | achieved/s | late | errors | p50 ms | p99 ms | proxy CPU %% of a core | CPU ms per 1,000 requests | valid |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| via | workers | rate/s | achieved/s | late | errors | p50 ms | p99 ms | proxy CPU %% of a core | CPU ms per 1,000 requests | proxy RSS MiB | valid |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
-		workers, cpu, perK := "-", "-", "-"
+		workers, cpu, perK, rss := "-", "-", "-", "-"
 		if r.Via != "direct" {
 			workers = strconv.Itoa(r.Workers)
 			cpu = fmt.Sprintf("%.1f", 100*r.CPU/r.Elapsed.Seconds())
 			perK = fmt.Sprintf("%.1f", r.CPUPerThousand())
+			rss = fmt.Sprintf("%.0f", r.RSS)
 		}
 		valid := "yes"
 		if !r.Valid() {
 			valid = "no"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %d | %d | %.3f | %.3f | %s | %s | %s |\n", r.Via, workers, r.Rate, r.Arm.AchievedRate,
-			r.Arm.Lag.Late, r.Arm.Errors, r.Arm.P50, r.Arm.P99, cpu, perK, valid)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %d | %d | %.3f | %.3f | %s | %s | %s | %s |\n", r.Via, workers, r.Rate, r.Arm.AchievedRate,
+			r.Arm.Lag.Late, r.Arm.Errors, r.Arm.P50, r.Arm.P99, cpu, perK, rss, valid)
 	}
 	lines, _ := ProxyCostVerdicts(runs)
 	fmt.Fprintf(&b, "\n")

@@ -1,0 +1,112 @@
+// Copyright 2026 The tailcut Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+//! tailcut's hedge account: a Proxy-Wasm module that keeps each policy's
+//! hedges within its budget over every stretch of a window or more, in the
+//! data path, on tailcut's own Envoy and on an Istio mesh's sidecars alike.
+//!
+//! Envoy's retry_budget does not bound hedges: a retry holds its place in the
+//! budget only while it waits out its back-off (1 ms on a hedged route), not
+//! while it runs. The account (account.rs) counts, per policy and Envoy
+//! worker, the requests of the last 2 x window + 1 seconds and the hedges
+//! committed to them. Hedges are committed when the request arrives, since
+//! Envoy sends them later, and the ones Envoy did not send are given back
+//! when the stream ends: proxy_on_log runs for every stream, answered or
+//! reset by its client, and the stream's upstream attempt count says how
+//! many were sent (#23: a Lua filter sees only answered requests, so a
+//! cancelled request kept its commitment and starved the account).
+//!
+//! The module is built small (opt-level "z", no formatting on the request
+//! path) so that the Istio publisher can inline it in an EnvoyFilter: the
+//! sidecars get it from istiod, with no fetch from anywhere.
+
+pub mod account;
+pub mod terms;
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(target_arch = "wasm32")]
+mod filter {
+    use crate::account::{Accounts, Commitment};
+    use crate::terms::{from_metadata, METADATA_KEY};
+    use proxy_wasm::hostcalls;
+    use proxy_wasm::traits::{Context, HttpContext};
+    use proxy_wasm::types::{Action, LogLevel};
+    use std::cell::RefCell;
+    use std::time::UNIX_EPOCH;
+
+    thread_local! {
+        // A worker's VM runs one callback at a time.
+        static ACCOUNTS: RefCell<Accounts> = RefCell::new(Accounts::new());
+    }
+
+    /// The request headers by which a client changes Envoy's retries; on an
+    /// accounted route only the account sets them (an edge that trusts its
+    /// peer would pass a client's on).
+    const CLIENT_HEADERS: [&str; 5] = [
+        "x-envoy-max-retries",
+        "x-envoy-upstream-rq-per-try-timeout-ms",
+        "x-envoy-retry-on",
+        "x-envoy-retry-grpc-on",
+        "x-envoy-hedge-on-per-try-timeout",
+    ];
+
+    /// One stream: its commitment, from its request headers to its end.
+    struct Stream {
+        commitment: Option<Commitment>,
+    }
+
+    fn property(path: Vec<&str>) -> Option<Vec<u8>> {
+        hostcalls::get_property(path).ok().flatten()
+    }
+
+    fn now_seconds() -> i64 {
+        hostcalls::get_current_time().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64)
+    }
+
+    impl Context for Stream {}
+
+    impl HttpContext for Stream {
+        fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+            let now = now_seconds();
+            ACCOUNTS.with_borrow_mut(|a| a.sweep(now));
+            let Some(md) = property(vec!["xds", "route_metadata", "filter_metadata", METADATA_KEY]) else {
+                return Action::Continue;
+            };
+            let Some(terms) = from_metadata(&md) else { return Action::Continue };
+            for h in CLIENT_HEADERS {
+                self.set_http_request_header(h, None);
+            }
+            let (grant, c) = ACCOUNTS.with_borrow_mut(|a| a.admit(now, &terms));
+            if grant.hedges == 0 {
+                // No per-try timeout, so no hedge; the route's failure
+                // retries stay.
+                self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some("0"));
+                return Action::Continue;
+            }
+            if grant.late {
+                self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some(&terms.late_ms.to_string()));
+            }
+            if grant.cap_retries {
+                self.set_http_request_header("x-envoy-max-retries", Some(&grant.hedges.to_string()));
+            }
+            self.commitment = Some(c);
+            Action::Continue
+        }
+
+        fn on_log(&mut self) {
+            let Some(mut c) = self.commitment.take() else { return };
+            let attempts = property(vec!["upstream", "request_attempt_count"])
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(0, |b| u64::from_le_bytes(b) as i64);
+            ACCOUNTS.with_borrow_mut(|a| a.settle(&mut c, attempts));
+        }
+    }
+
+    proxy_wasm::main! {{
+        proxy_wasm::set_log_level(LogLevel::Info);
+        proxy_wasm::set_http_context(|_, _| -> Box<dyn HttpContext> { Box::new(Stream { commitment: None }) });
+        let _ = hostcalls::log(LogLevel::Info, "tailcut hedge account: started");
+    }}
+}
