@@ -27,10 +27,15 @@ import (
 // The verdicts compare each account run with the run without it at the same
 // rate and workers, by CPU per request and p50, and judge only valid pairs.
 func TestProxyCostVerdicts(t *testing.T) {
+	// Envoy's resident set: 64 MiB without the account, 87 MiB with it.
 	run := func(via string, workers int, cpu, p50 float64, late int) ProxyCostRun {
 		arm := verify.Arm{Sent: 10000}
 		arm.P50, arm.Lag.Late = p50, late
-		return ProxyCostRun{Via: via, Workers: workers, Rate: 500, Arm: arm, CPU: cpu, Elapsed: 20 * time.Second}
+		rss := 64.0
+		if via == "envoy+account" {
+			rss = 87
+		}
+		return ProxyCostRun{Via: via, Workers: workers, Rate: 500, Arm: arm, CPU: cpu, Elapsed: 20 * time.Second, RSS: rss}
 	}
 	for _, tc := range []struct {
 		name       string
@@ -38,12 +43,13 @@ func TestProxyCostVerdicts(t *testing.T) {
 		wantMissed bool
 		want       string
 	}{
-		// 1.0 s vs 1.05 s of CPU for 10,000 requests: +5.0%; p50 +0.050 ms.
+		// 1.0 s vs 1.05 s of CPU for 10,000 requests: +5.0%; p50 +0.050 ms;
+		// 23 MiB.
 		{"within", []ProxyCostRun{run("envoy", 1, 1.0, 0.30, 0), run("envoy+account", 1, 1.05, 0.35, 0)}, false,
-			"1 worker(s), 500/s: the account adds +5.0% CPU per request and +0.050 ms at p50: meets the goal"},
+			"1 worker(s), 500/s: the account adds +5.0% CPU per request, +0.050 ms at p50 and +23 MiB of memory: meets the goal"},
 		// +15.0% CPU.
 		{"over on CPU", []ProxyCostRun{run("envoy", 2, 1.0, 0.30, 0), run("envoy+account", 2, 1.15, 0.31, 0)}, true,
-			"2 worker(s), 500/s: the account adds +15.0% CPU per request and +0.010 ms at p50: misses the goal"},
+			"2 worker(s), 500/s: the account adds +15.0% CPU per request, +0.010 ms at p50 and +23 MiB of memory: misses the goal"},
 		// +0.300 ms at p50.
 		{"over on p50", []ProxyCostRun{run("envoy", 1, 1.0, 0.30, 0), run("envoy+account", 1, 1.0, 0.60, 0)}, true,
 			"misses the goal"},
