@@ -143,7 +143,7 @@ func run(m *testing.M) int {
 		Evaluations:   []<-chan event.GenericEvent{sampled},
 		Estimator:     suiteEstimator{prom: prom},
 		Publishers: map[tailcutv1alpha1.PublishTarget]publish.Publisher{
-			tailcutv1alpha1.PublishXDS:   counting,
+			tailcutv1alpha1.PublishXDS: counting,
 			// The module's bytes matter to the proxies only: an empty
 			// WebAssembly module's header stands for it here.
 			tailcutv1alpha1.PublishIstio: &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: []byte("\x00asm\x01\x00\x00\x00")},
