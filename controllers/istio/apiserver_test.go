@@ -334,6 +334,49 @@ func TestPoliciesShareTheAccountFilter(t *testing.T) {
 	}
 }
 
+// TestForeignAccountFilterIsLeftAlone: an EnvoyFilter named as the
+// namespace's account filter that is not tailcut's is neither taken over nor
+// deleted, and Publish says so as an error no retry fixes, before any route
+// asks for an account it would not get.
+func TestForeignAccountFilterIsLeftAlone(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := context.Background()
+	p, _ := mustLoad(t, "sidecar-get.yaml")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := NewEnvoyFilter()
+	foreign.SetNamespace(p.Namespace)
+	foreign.SetName(AccountFilterName)
+	foreign.Object["spec"] = map[string]any{"configPatches": []any{}}
+	if err := c.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	policy := istioPolicy(p.Namespace, "api", p.Service, p.Port)
+	if err := c.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
+	err := pub.Publish(ctx, ownerOf(policy), p)
+	var unpublishable *publish.UnpublishableError
+	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
+		t.Fatalf("Publish beside a foreign account filter: %v, want an UnpublishableError naming it", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: FilterName("api")}, NewEnvoyFilter()); !apierrors.IsNotFound(err) {
+		t.Errorf("the policy's filter was written without an account: %v", err)
+	}
+	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
+		t.Fatal(err)
+	}
+	after := NewEnvoyFilter()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
+		t.Fatalf("the foreign filter is gone: %v", err)
+	}
+	if after.GetResourceVersion() != foreign.GetResourceVersion() {
+		t.Errorf("the foreign filter changed: resourceVersion %s -> %s", foreign.GetResourceVersion(), after.GetResourceVersion())
+	}
+}
+
 func mustLoad(t *testing.T, name string) (plan.RoutePlan, tailcutv1alpha1.IstioContext) {
 	t.Helper()
 	return loadGolden(t, filepath.Join("testdata", "in", name))
