@@ -24,6 +24,7 @@ import (
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -133,11 +134,15 @@ func (p *Publisher) ensureAccount(ctx context.Context, key types.NamespacedName,
 }
 
 // releaseAccount drops the policy from the account filter's owners, and
-// deletes the filter when no policy is left.
+// deletes the filter when no policy is left. It reads from Reader (the
+// manager's cache): the reconciler removes every policy from the publishers
+// it does not use on every reconcile, and those that never used the account
+// cost no request to the API server. The write carries the resourceVersion
+// read, so a stale cache fails it, and the reconcile is retried.
 func (p *Publisher) releaseAccount(ctx context.Context, key types.NamespacedName) error {
 	have := NewEnvoyFilter()
-	err := p.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: AccountFilterName}, have)
-	if apierrors.IsNotFound(err) {
+	err := p.Reader.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: AccountFilterName}, have)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return nil
 	}
 	if err != nil || have.GetLabels()[LabelManagedBy] != ManagedBy {
