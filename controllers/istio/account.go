@@ -88,14 +88,7 @@ func AccountFilter(namespace string, module []byte) (*unstructured.Unstructured,
 // resourceVersion read, so two policies of a namespace, one publishing and
 // one leaving, cannot lose each other's ownership.
 func (p *Publisher) ensureAccount(ctx context.Context, key types.NamespacedName, uid types.UID) error {
-	if !bytes.HasPrefix(p.AccountModule, []byte("\x00asm")) {
-		return fmt.Errorf("the Istio publisher has no hedge account module (LoadAccountModule)")
-	}
-	want, err := AccountFilter(key.Namespace, p.AccountModule)
-	if err != nil {
-		return err
-	}
-	version, err := specHash(want)
+	want, version, err := p.accountFilter(key.Namespace)
 	if err != nil {
 		return err
 	}
@@ -131,6 +124,27 @@ func (p *Publisher) ensureAccount(ctx context.Context, key types.NamespacedName,
 		return fmt.Errorf("updating the hedge account EnvoyFilter %s/%s: %w", key.Namespace, AccountFilterName, err)
 	}
 	return nil
+}
+
+// accountFilter is AccountFilter for the namespace and its version. The
+// filter is the same in every namespace but for its namespace, and large (the
+// module twice, in base64): it is rendered and hashed once.
+func (p *Publisher) accountFilter(namespace string) (*unstructured.Unstructured, string, error) {
+	p.account.once.Do(func() {
+		if !bytes.HasPrefix(p.AccountModule, []byte("\x00asm")) {
+			p.account.err = fmt.Errorf("the Istio publisher has no hedge account module (LoadAccountModule)")
+			return
+		}
+		if p.account.filter, p.account.err = AccountFilter("", p.AccountModule); p.account.err == nil {
+			p.account.version, p.account.err = specHash(p.account.filter)
+		}
+	})
+	if p.account.err != nil {
+		return nil, "", p.account.err
+	}
+	u := p.account.filter.DeepCopy()
+	u.SetNamespace(namespace)
+	return u, p.account.version, nil
 }
 
 // releaseAccount drops the policy from the account filter's owners, and

@@ -59,6 +59,14 @@ type Publisher struct {
 	// LoadAccountModule reads and checks it.
 	AccountModule []byte
 
+	// account is the account filter, rendered once (accountFilter).
+	account struct {
+		once    sync.Once
+		filter  *unstructured.Unstructured
+		version string
+		err     error
+	}
+
 	mu        sync.Mutex
 	published map[types.NamespacedName]published
 }
