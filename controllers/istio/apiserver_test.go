@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -236,42 +238,51 @@ func TestPublisherAppliesUpdatesAndRemoves(t *testing.T) {
 	}
 }
 
-// TestPublisherLeavesAForeignFilterAlone: an EnvoyFilter that has the
-// policy's filter name but is not tailcut's is neither taken over nor
-// deleted; Publish says so as an error no retry fixes.
-func TestPublisherLeavesAForeignFilterAlone(t *testing.T) {
+// TestPublisherLeavesForeignFiltersAlone: an EnvoyFilter that has the name of
+// the policy's filter, or of the namespace's account filter, but is not
+// tailcut's is neither taken over nor deleted; Publish says so as an error no
+// retry fixes, and writes no policy filter without its account.
+func TestPublisherLeavesForeignFiltersAlone(t *testing.T) {
 	c := startAPIServer(t)
 	ctx := context.Background()
 	p, _ := mustLoad(t, "sidecar-get.yaml")
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	foreign := NewEnvoyFilter()
-	foreign.SetNamespace(p.Namespace)
-	foreign.SetName(FilterName("api"))
-	foreign.Object["spec"] = map[string]any{"configPatches": []any{}}
-	if err := c.Create(ctx, foreign); err != nil {
-		t.Fatal(err)
-	}
-	policy := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "api", UID: "policy-uid"},
-		Spec:       tailcutv1alpha1.HedgePolicySpec{Publish: tailcutv1alpha1.Publish{Target: tailcutv1alpha1.PublishIstio}},
-	}
-	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
-	err := pub.Publish(ctx, ownerOf(policy), p)
-	var unpublishable *publish.UnpublishableError
-	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
-		t.Fatalf("Publish over a foreign filter: %v, want an UnpublishableError naming it", err)
-	}
-	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
-		t.Fatal(err)
-	}
-	after := NewEnvoyFilter()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
-		t.Fatalf("the foreign filter is gone: %v", err)
-	}
-	if after.GetResourceVersion() != foreign.GetResourceVersion() || len(after.GetManagedFields()) != 1 {
-		t.Errorf("the foreign filter changed: resourceVersion %s -> %s, managed fields %d", foreign.GetResourceVersion(), after.GetResourceVersion(), len(after.GetManagedFields()))
+	for i, name := range []string{FilterName("api"), AccountFilterName} {
+		foreign := NewEnvoyFilter()
+		foreign.SetNamespace(p.Namespace)
+		foreign.SetName(name)
+		foreign.Object["spec"] = map[string]any{"configPatches": []any{}}
+		if err := c.Create(ctx, foreign); err != nil {
+			t.Fatal(err)
+		}
+		policy := istioPolicy(p.Namespace, "api", p.Service, p.Port)
+		policy.UID = types.UID(fmt.Sprintf("policy-uid-%d", i))
+		pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
+		err := pub.Publish(ctx, ownerOf(policy), p)
+		var unpublishable *publish.UnpublishableError
+		if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
+			t.Fatalf("%s: Publish over a foreign filter: %v, want an UnpublishableError naming it", name, err)
+		}
+		if name == AccountFilterName {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: FilterName("api")}, NewEnvoyFilter()); !apierrors.IsNotFound(err) {
+				t.Errorf("the policy's filter was written without an account: %v", err)
+			}
+		}
+		if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
+			t.Fatal(err)
+		}
+		after := NewEnvoyFilter()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
+			t.Fatalf("%s: the foreign filter is gone: %v", name, err)
+		}
+		if after.GetResourceVersion() != foreign.GetResourceVersion() || len(after.GetManagedFields()) != 1 {
+			t.Errorf("%s: the foreign filter changed: resourceVersion %s -> %s, managed fields %d", name, foreign.GetResourceVersion(), after.GetResourceVersion(), len(after.GetManagedFields()))
+		}
+		if err := c.Delete(ctx, after); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -331,49 +342,6 @@ func TestPoliciesShareTheAccountFilter(t *testing.T) {
 	}
 	if names, ok := owners(); ok {
 		t.Fatalf("after the last policy left the account filter is still there, owned by %v", names)
-	}
-}
-
-// TestForeignAccountFilterIsLeftAlone: an EnvoyFilter named as the
-// namespace's account filter that is not tailcut's is neither taken over nor
-// deleted, and Publish says so as an error no retry fixes, before any route
-// asks for an account it would not get.
-func TestForeignAccountFilterIsLeftAlone(t *testing.T) {
-	c := startAPIServer(t)
-	ctx := context.Background()
-	p, _ := mustLoad(t, "sidecar-get.yaml")
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
-		t.Fatal(err)
-	}
-	foreign := NewEnvoyFilter()
-	foreign.SetNamespace(p.Namespace)
-	foreign.SetName(AccountFilterName)
-	foreign.Object["spec"] = map[string]any{"configPatches": []any{}}
-	if err := c.Create(ctx, foreign); err != nil {
-		t.Fatal(err)
-	}
-	policy := istioPolicy(p.Namespace, "api", p.Service, p.Port)
-	if err := c.Create(ctx, policy); err != nil {
-		t.Fatal(err)
-	}
-	pub := &Publisher{Client: c, Reader: c, AccountModule: testModule}
-	err := pub.Publish(ctx, ownerOf(policy), p)
-	var unpublishable *publish.UnpublishableError
-	if !errors.As(err, &unpublishable) || !strings.Contains(err.Error(), "is not tailcut's") {
-		t.Fatalf("Publish beside a foreign account filter: %v, want an UnpublishableError naming it", err)
-	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: FilterName("api")}, NewEnvoyFilter()); !apierrors.IsNotFound(err) {
-		t.Errorf("the policy's filter was written without an account: %v", err)
-	}
-	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
-		t.Fatal(err)
-	}
-	after := NewEnvoyFilter()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
-		t.Fatalf("the foreign filter is gone: %v", err)
-	}
-	if after.GetResourceVersion() != foreign.GetResourceVersion() {
-		t.Errorf("the foreign filter changed: resourceVersion %s -> %s", foreign.GetResourceVersion(), after.GetResourceVersion())
 	}
 }
 
