@@ -85,24 +85,14 @@ type HedgePolicyReconciler struct {
 	HostAliases map[string][]string
 	Clock       clock.PassiveClock
 
-	// written is what this reconciler last wrote to each policy's status,
-	// until the cache shows it (staleRead).
-	written sync.Map // types.NamespacedName -> writtenStatus
 	// firstSeen is when this reconciler first reconciled each policy that
 	// has no status yet (firstAckWait).
 	firstSeen sync.Map // types.NamespacedName -> time.Time
 }
 
-// writtenStatus is a status write the cache may not show yet.
-type writtenStatus struct {
-	resourceVersion string
-	status          *tailcutv1alpha1.HedgePolicyStatus
-	at              time.Time
-}
-
-// staleReadWait bounds how long a reconcile waits for the cache to show the
-// reconciler's own last status write.
-const staleReadWait = 2 * time.Second
+// conflictRetry is when a reconcile whose status write met a newer policy
+// runs again: the cache has usually caught up by then.
+const conflictRetry = 50 * time.Millisecond
 
 // +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tailcut.io,resources=hedgepolicies/status,verbs=get;update;patch
@@ -123,7 +113,6 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// process except Istio EnvoyFilters, which carry an owner
 			// reference and are garbage collected, so no finalizer is needed.
 			forgetPolicy(req.Namespace, req.Name)
-			r.written.Delete(req.NamespacedName)
 			r.firstSeen.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.retireEverywhere(ctx, req.NamespacedName)
 		}
@@ -134,10 +123,6 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, r.retireEverywhere(ctx, req.NamespacedName)
 	}
 	now := r.Clock.Now()
-	if r.staleRead(&policy, now) {
-		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
-	}
-
 	nowT := metav1.NewTime(now)
 	outcome, requeue, evalErr := r.evaluate(ctx, &policy, nowT)
 	next := policy.Status.DeepCopy()
@@ -156,7 +141,9 @@ func (r *HedgePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if wait := r.firstAckWait(&policy, next, now); wait > 0 && evalErr == nil {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if err := r.patchStatus(ctx, &policy, next); err != nil {
+	if err := r.patchStatus(ctx, &policy, next); apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, evalErr
+	} else if err != nil {
 		return ctrl.Result{}, errors.Join(evalErr, err)
 	}
 	// A publish failure is returned so controller-runtime backs off; everything
@@ -189,9 +176,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 	}
 
 	o := &status.Outcome{}
-	if policy.Spec.Suspend {
-		o.Estimate = estimate.Suspended(policy)
-	} else if o.Estimate, err = r.Estimator.Estimate(ctx, policy, now.Time); err != nil {
+	if o.Estimate, err = r.Estimator.Estimate(ctx, policy, now.Time); err != nil {
 		// The route stays, unhedged (the delay is 0).
 		o.InvalidQuery, o.Estimate = err, estimate.Result{}
 	}
@@ -268,43 +253,25 @@ func (r *HedgePolicyReconciler) firstAckWait(policy *tailcutv1alpha1.HedgePolicy
 	return max(0, firstAckGrace-now.Sub(seen.(time.Time)))
 }
 
-// staleRead says whether the cache still shows the policy as it was before
-// this reconciler's last status write. Deciding from that older status would
-// undo the write: an ACK wakes the reconciler milliseconds after a delay
-// change, before the cache saw it, and the decision held in the old status
-// (the old delay, no budget floor) went back to Envoy. In the kind e2e the
-// delay swung 20.9 -> 31.4 -> 20.9 ms and the A/B missed its budget. The
-// wait is bounded: a status that someone else rewrote is not waited for.
-func (r *HedgePolicyReconciler) staleRead(policy *tailcutv1alpha1.HedgePolicy, now time.Time) bool {
-	key := client.ObjectKeyFromObject(policy)
-	v, ok := r.written.Load(key)
-	if !ok {
-		return false
-	}
-	w := v.(writtenStatus)
-	if policy.ResourceVersion == w.resourceVersion || apiequality.Semantic.DeepEqual(&policy.Status, w.status) || now.Sub(w.at) > staleReadWait {
-		r.written.CompareAndDelete(key, v)
-		return false
-	}
-	return true
-}
-
 // patchStatus writes the status once, and not at all when nothing changed,
-// then records an Event for each condition transition worth one.
+// then records an Event for each condition transition worth one. The write
+// carries the resourceVersion read: a policy read from a cache that has not
+// seen this reconciler's last write yet (a proxy's ACK comes milliseconds
+// after it) is refused with a conflict, rather than its older status,
+// transition times and events written again.
 func (r *HedgePolicyReconciler) patchStatus(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, next *tailcutv1alpha1.HedgePolicyStatus) error {
 	if apiequality.Semantic.DeepEqual(&policy.Status, next) {
 		return nil
 	}
 	base := policy.DeepCopy()
 	policy.Status = *next
-	if err := r.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
+	if err := r.Status().Patch(ctx, policy, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("patching status: %w", err)
 	}
 	r.firstSeen.Delete(client.ObjectKeyFromObject(policy))
-	r.written.Store(client.ObjectKeyFromObject(policy), writtenStatus{resourceVersion: policy.ResourceVersion, status: next.DeepCopy(), at: r.Clock.Now()})
 	r.recordTransitions(policy, base.Status.Conditions, next.Conditions)
 	return nil
 }

@@ -19,7 +19,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -106,15 +105,11 @@ func run(m *testing.M) int {
 	}
 	// Custom queries go to the real Prometheus estimator, wired as main.go
 	// wires it (with its sampler), and pointed at a Prometheus that accepts
-	// connections and never answers: an invalid template is refused before
+	// queries and never answers them: an invalid template is refused before
 	// any query, and nothing may wait for the queries that hang.
-	hung, err := hangingServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	hung := harness.NewFakePrometheus(func(string) harness.PromReply { return harness.PromReply{Hang: true} })
 	defer hung.Close()
-	prom, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: "http://" + hung.Addr().String(), Timeout: time.Second})
+	prom, err := estimate.NewPrometheus(estimate.PrometheusOptions{Address: hung.URL, Timeout: time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -178,29 +173,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
-}
-
-// hangingServer accepts connections and never answers, like a Prometheus
-// whose network path swallows packets.
-func hangingServer() (net.Listener, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		var held []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range held {
-					_ = c.Close()
-				}
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	return l, nil
 }
 
 // pauseAnnotation puts a policy in a designed pause, its value the reason.

@@ -108,7 +108,7 @@ func runLoop(t *testing.T, l loop) loopRun {
 		m.account = newHedgeAccount(float64(p.Spec.EffectiveBudget().MaxExtraLoadPercent) / 100)
 	}
 	prom := &simProm{t: t, model: m}
-	est := &Prometheus{api: prom, timeout: time.Second}
+	est := newPrometheus(prom, time.Second)
 	// The production path: the sampler reads, Estimate decides from memory.
 	due := make(chan event.GenericEvent, 4)
 	sampler := est.Sampler(func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {

@@ -56,18 +56,25 @@ type Result struct {
 	HedgeRate *tailcutv1alpha1.HedgeRateObservation
 	// Floor is the budget floor to keep in status; nil clears it.
 	Floor *tailcutv1alpha1.BudgetFloor
+	// LastDelayChange is when the delay in force last changed, as the
+	// estimator that remembers its decisions knows it (decisions); nil when
+	// it does not, and Apply then dates a change by the status it is given.
+	LastDelayChange *metav1.Time
 }
 
-// Apply records the result in status. Status is the estimator's memory: the
-// next evaluation reads the delay in force, when it last changed
-// (LastDelayChange moves only when the delay does), the last good readings and
-// the budget floor from it.
+// Apply records the result in status, which reports it: the delay in force,
+// when it last changed (LastDelayChange moves only when the delay does), the
+// last good readings and the budget floor. The estimator decides from its own
+// memory of these (decisions), which status seeds after a start.
 func (r Result) Apply(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time) {
 	var delay *metav1.Duration
 	if r.Delay > 0 {
 		delay = &metav1.Duration{Duration: r.Delay}
 	}
-	if !apiequality.Semantic.DeepEqual(delay, status.EffectiveDelay) {
+	switch {
+	case r.LastDelayChange != nil:
+		status.LastDelayChange = r.LastDelayChange.DeepCopy()
+	case !apiequality.Semantic.DeepEqual(delay, status.EffectiveDelay):
 		status.LastDelayChange = &now
 	}
 	status.EffectiveDelay = delay
@@ -88,8 +95,9 @@ func (r Result) Apply(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time
 // maxReason is the API's limit on status.delayReason.
 const maxReason = 1024
 
-// Estimator decides the delay for a policy. Metric outages are not errors: they
-// come back as a Result with Derived false. An error means the policy itself
+// Estimator decides the delay for a policy, suspended ones (Suspended)
+// included. Metric outages are not errors: they come back as a Result with
+// Derived false. An error means the policy itself
 // cannot be evaluated (for example its query template does not parse), and the
 // controller reports it as Accepted=False.
 type Estimator interface {
@@ -104,6 +112,9 @@ type StaticOnly struct{}
 // Estimate implements Estimator.
 func (StaticOnly) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolicy, _ time.Time) (Result, error) {
 	spec := &policy.Spec
+	if spec.Suspend {
+		return Suspended(policy), nil
+	}
 	var res Result
 	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
 		res = Static(spec)

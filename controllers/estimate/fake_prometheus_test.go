@@ -17,17 +17,13 @@ limitations under the License.
 package estimate
 
 import (
-	"encoding/json"
 	"math"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tailcut/tailcut/controllers/envoyconf"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // A fake Prometheus query API: each query is told apart by its shape and
@@ -60,27 +56,37 @@ func kindOf(q string) queryKind {
 	}
 }
 
-// reply is one canned answer. hang holds the request until the client gives
-// up (or a second passes), to provoke the per-query timeout.
-type reply struct {
-	code int
-	body string
-	hang bool
-}
+// The replies and their bodies are the harness's.
+type (
+	reply  = harness.PromReply
+	sample = harness.PromSample
+)
 
+var (
+	vectorJSON = harness.PromVector
+	promFloat  = harness.PromFloat
+)
+
+// fakeProm is the harness's fake Prometheus, answering each kind of query
+// from a table; a kind not in the table gets an empty vector.
 type fakeProm struct {
-	t       testing.TB
-	srv     *httptest.Server
+	*harness.FakePrometheus
 	mu      sync.Mutex
 	replies map[queryKind]reply
-	seen    []string
 }
 
 func newFakeProm(t testing.TB) *fakeProm {
 	t.Helper()
-	f := &fakeProm{t: t, replies: map[queryKind]reply{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f := &fakeProm{replies: map[queryKind]reply{}}
+	f.FakePrometheus = harness.NewFakePrometheus(func(q string) reply {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if rep, ok := f.replies[kindOf(q)]; ok {
+			return rep
+		}
+		return reply{Body: vectorJSON()}
+	})
+	t.Cleanup(f.Close)
 	return f
 }
 
@@ -90,85 +96,9 @@ func (f *fakeProm) set(k queryKind, r reply) {
 	f.replies[k] = r
 }
 
-func (f *fakeProm) queries() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.seen...)
-}
+func (f *fakeProm) queries() []string { return f.Queries() }
 
-func (f *fakeProm) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/api/v1/query" {
-		http.NotFound(w, r)
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	q := r.Form.Get("query")
-	f.mu.Lock()
-	f.seen = append(f.seen, q)
-	rep, ok := f.replies[kindOf(q)]
-	f.mu.Unlock()
-	if !ok {
-		rep = reply{body: vectorJSON()}
-	}
-	if rep.hang {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(time.Second):
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if rep.code != 0 {
-		w.WriteHeader(rep.code)
-	}
-	_, _ = w.Write([]byte(rep.body))
-}
-
-// sample is one series of an instant vector.
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-func promFloat(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "NaN"
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-func vectorJSON(samples ...sample) string {
-	type series struct {
-		Metric map[string]string `json:"metric"`
-		Value  [2]any            `json:"value"`
-	}
-	out := make([]series, 0, len(samples))
-	for _, s := range samples {
-		m := s.labels
-		if m == nil {
-			m = map[string]string{}
-		}
-		out = append(out, series{Metric: m, Value: [2]any{1.7e9, promFloat(s.value)}})
-	}
-	b, err := json.Marshal(map[string]any{
-		"status": "success",
-		"data":   map[string]any{"resultType": "vector", "result": out},
-	})
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-func one(v float64) reply { return reply{body: vectorJSON(sample{value: v})} }
+func one(v float64) reply { return reply{Body: vectorJSON(sample{Value: v})} }
 
 // bucketsReply renders n requests distributed by the CDF F (of milliseconds)
 // as Envoy's "sum by (le)" answer: a bucket le=b holds every request faster
@@ -177,10 +107,10 @@ func one(v float64) reply { return reply{body: vectorJSON(sample{value: v})} }
 func bucketsReply(n float64, F func(ms float64) float64) reply {
 	samples := make([]sample, 0, len(envoyconf.LatencyBucketsMs)+1)
 	for _, b := range envoyconf.LatencyBucketsMs {
-		samples = append(samples, sample{labels: map[string]string{"le": promFloat(b)}, value: math.Round(n * F(1000*envoyEdge(b/1000)))})
+		samples = append(samples, sample{Labels: map[string]string{"le": promFloat(b)}, Value: math.Round(n * F(1000*envoyEdge(b/1000)))})
 	}
-	samples = append(samples, sample{labels: map[string]string{"le": "+Inf"}, value: n})
-	return reply{body: vectorJSON(samples...)}
+	samples = append(samples, sample{Labels: map[string]string{"le": "+Inf"}, Value: n})
+	return reply{Body: vectorJSON(samples...)}
 }
 
 // Distributions, as CDFs of milliseconds.

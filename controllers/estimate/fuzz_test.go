@@ -17,7 +17,6 @@ limitations under the License.
 package estimate
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
@@ -52,10 +51,6 @@ func FuzzEstimateStaysInBounds(f *testing.F) {
 	f.Add(0.0, []byte{}, math.Inf(-1), 0.0, 0.0, uint16(2), uint16(3), uint16(1), false, 0.9)
 
 	prom := newFakeProm(f)
-	est, err := NewPrometheus(PrometheusOptions{Address: prom.srv.URL, Timeout: time.Second})
-	if err != nil {
-		f.Fatal(err)
-	}
 	f.Fuzz(func(t *testing.T, total float64, shares []byte, custom, requests, retries float64, minMs, maxMs, priorMs uint16, useCustom bool, quantile float64) {
 		// Only specs the API admits (its CEL rules).
 		lo, hi := time.Duration(max(1, min(minMs, 10000)))*time.Millisecond, time.Duration(max(1, min(maxMs, 10000)))*time.Millisecond
@@ -65,7 +60,7 @@ func FuzzEstimateStaysInBounds(f *testing.F) {
 		if math.IsNaN(quantile) || quantile <= 0.5 || quantile > 0.999 {
 			quantile = 0.95
 		}
-		policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+		policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 			a.Min, a.Max, a.Quantile = dur(lo), dur(hi), quantile
 			if useCustom {
 				a.Source = tailcutv1alpha1.EstimateSourceCustom
@@ -83,22 +78,28 @@ func FuzzEstimateStaysInBounds(f *testing.F) {
 				break
 			}
 			cum += float64(s) / 255 * total
-			samples = append(samples, sample{labels: map[string]string{"le": promFloat(envoyconf.LatencyBucketsMs[i])}, value: cum})
+			samples = append(samples, sample{Labels: map[string]string{"le": promFloat(envoyconf.LatencyBucketsMs[i])}, Value: cum})
 		}
-		samples = append(samples, sample{labels: map[string]string{"le": "+Inf"}, value: total})
-		prom.set(kBuckets, reply{body: vectorJSON(samples...)})
-		prom.set(kPrev, reply{body: vectorJSON(samples...)})
+		samples = append(samples, sample{Labels: map[string]string{"le": "+Inf"}, Value: total})
+		prom.set(kBuckets, reply{Body: vectorJSON(samples...)})
+		prom.set(kPrev, reply{Body: vectorJSON(samples...)})
 		prom.set(kQuantile, one(custom))
 		prom.set(kRetries, one(retries))
 		prom.set(kAttempts, one(requests))
 
+		// A new estimator each time: one would decide from its memory of
+		// the last input, not from this input's prior.
+		est, err := NewPrometheus(PrometheusOptions{Address: prom.URL, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
 		type outcome struct {
 			res Result
 			err error
 		}
 		done := make(chan outcome, 1)
 		go func() {
-			res, err := est.Estimate(context.Background(), policy, now)
+			res, err := sampleAndEstimate(est, policy, now)
 			done <- outcome{res, err}
 		}()
 		var o outcome

@@ -56,6 +56,10 @@ type memory struct {
 	bytes int
 }
 
+func newMemory() *memory {
+	return &memory{own: map[types.NamespacedName]ownReading{}}
+}
+
 // retention is how long and how finely memory keeps one cluster's totals.
 type retention struct {
 	// keep is two of the longest window among the cluster's policies (the

@@ -115,7 +115,7 @@ func TestSamplerMemoryIsBoundedPerPolicy(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	greedy, all, clusters := greedyAndDefaults()
 	before := heapInUse()
-	est := &Prometheus{timeout: time.Second}
+	est := newPrometheus(nil, time.Second)
 	now, sc := fillMemory(t, est, 0, all, clusters, t0)
 	grown := float64(heapInUse()) - float64(before)
 
@@ -161,7 +161,7 @@ func TestSamplerMemoryIsBoundedPerPolicy(t *testing.T) {
 func TestSamplerMemoryLimit(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	greedy, all, clusters := greedyAndDefaults()
-	est := &Prometheus{timeout: time.Second}
+	est := newPrometheus(nil, time.Second)
 	// Each entry is estimated at 1,360 bytes (entrySize: two proxies, 49
 	// buckets). A default cluster needs 28 entries (38KB), 1.9MB for the 50;
 	// the greedy one 2,884 (3.9MB). A 3MiB limit leaves it about 900.

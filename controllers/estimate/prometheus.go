@@ -50,15 +50,16 @@ type PrometheusOptions struct {
 }
 
 // Prometheus derives the hedge delay of Auto policies from latency histograms
-// and hedge counters in Prometheus. With a sampler attached it remembers its
-// last decision for each policy (decisions) and takes a new one only when the
-// sampler made the policy due, the spec changed or an interval passed: a
-// proxy's ACK, which reconciles the policy, is answered with the decision in
-// force. The delay in force and when it last changed are read from the
-// policy's status, which seeds the first decision after a start or a
-// failover. Time comes only from the now argument of Estimate (it is also
-// the evaluation time of every query). Static policies are answered without a
-// query.
+// and hedge counters in Prometheus. Its sampler (Sampler) is the only reader
+// of Prometheus: Estimate decides from what the sampler read, and sends no
+// query. It remembers its last decision for each policy (decisions) and takes
+// a new one only when the sampler made the policy due, the spec changed or an
+// interval passed: a proxy's ACK, which reconciles the policy, is answered
+// with the decision in force. The delay in force and when it last changed are
+// its own memory too; the policy's status reports them, and seeds them after
+// a start or a failover. Time comes only from the now argument of Estimate
+// and of the sampler's Tick (the evaluation time of every query). Static
+// policies are answered without a query.
 //
 // What it reads, over the span readSpan picks (since the last delay change,
 // at most one window):
@@ -83,11 +84,9 @@ type PrometheusOptions struct {
 type Prometheus struct {
 	api     v1.API
 	timeout time.Duration
-	// memory, once a Sampler is attached, is what it read: Estimate then
-	// sends no query.
+	// memory is what the sampler read.
 	memory *memory
-	// decided, with the sampler, is what Estimate last decided for each
-	// policy (decisions).
+	// decided is what Estimate last decided for each policy (decisions).
 	decided *decisions
 }
 
@@ -106,23 +105,32 @@ func NewPrometheus(opts PrometheusOptions) (*Prometheus, error) {
 	if timeout <= 0 {
 		timeout = DefaultQueryTimeout
 	}
-	return &Prometheus{api: v1.NewAPI(client), timeout: timeout}, nil
+	return newPrometheus(v1.NewAPI(client), timeout), nil
+}
+
+func newPrometheus(api v1.API, timeout time.Duration) *Prometheus {
+	return &Prometheus{api: api, timeout: timeout, memory: newMemory(), decided: newDecisions()}
 }
 
 // Estimate implements Estimator. Metric outages come back as a Result with
 // Derived false; the only error is an *InvalidQueryError.
-func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, now time.Time) (Result, error) {
+func (p *Prometheus) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolicy, now time.Time) (Result, error) {
 	spec := &policy.Spec
-	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
+	if spec.Suspend || spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
+		// What is in force now was not derived: a later Auto decision
+		// starts from the status again, not from an older one of its own.
+		p.decided.drop(policy)
+		if spec.Suspend {
+			return Suspended(policy), nil
+		}
 		res := Static(spec)
 		record(policy, res, "")
 		return res, nil
 	}
-	if p.decided != nil {
-		if res, ok := p.decided.current(policy, now); ok {
-			return res, nil
-		}
+	if res, ok := p.decided.current(policy, now); ok {
+		return res, nil
 	}
+	policy = p.decided.prior(policy)
 	auto := spec.EffectiveAuto()
 	sp := readSpan(policy, &auto, now)
 	qs, err := buildQueries(policy, &auto, sp.rng)
@@ -132,18 +140,14 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 	}
 	var r readings
 	var coarse time.Duration
-	switch {
-	case sp.hold != "":
-	case p.memory == nil:
-		r = p.interpret(policy, &auto, qs, sp, p.fetch(ctx, policy, qs, sp, now))
-	default:
+	if sp.hold == "" {
 		a, sampled, ok := p.sampled(policy, &auto, sp)
-		if !ok {
+		if ok {
+			sp, coarse = sampled, a.coarse
+			r = p.interpret(policy, &auto, qs, sp, a)
+		} else {
 			sp.hold = "the sampler has not read this span yet"
-			break
 		}
-		sp, coarse = sampled, a.coarse
-		r = p.interpret(policy, &auto, qs, sp, a)
 	}
 	res := decide(policy, &auto, sp, r, now)
 	if coarse > 0 {
@@ -155,10 +159,7 @@ func (p *Prometheus) Estimate(ctx context.Context, policy *tailcutv1alpha1.Hedge
 		failed = res.DerivedReason
 	}
 	record(policy, res, failed)
-	if p.decided != nil {
-		p.decided.remember(policy, now, res)
-	}
-	return res, nil
+	return p.decided.remember(policy, now, res), nil
 }
 
 // sampled is what the sampler read for the policy's span, and the span it
@@ -283,7 +284,7 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 	var r readings
 	r.hedge, r.hedgeNote = p.hedge(qs, a.retries, a.attempts)
 
-	if qs.quantile != "" {
+	if qs.custom {
 		if a.quantile.err != nil {
 			r.fail = classify(a.quantile.err, "quantile", p.timeout)
 			return r
@@ -347,7 +348,7 @@ func histogramOf(a answer, scale float64) *cdf {
 // or not published through tailcut's xDS), so it only disables the budget and
 // "hedging hurts" guards.
 func (p *Prometheus) hedge(qs querySet, ra, aa answer) (*hedgeReading, string) {
-	if qs.retries == "" {
+	if !qs.counters {
 		return nil, "no hedge counters for this source"
 	}
 	if ra.err != nil {

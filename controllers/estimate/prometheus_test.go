@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,9 +36,12 @@ import (
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
 
-// The tests below talk to the estimator through a fake Prometheus HTTP API
-// (fake_prometheus_test.go). Their expected delays are worked out by hand from
-// the distribution and Envoy's bucket edges.
+// The tests below run the estimator as production does: its sampler reads a
+// fake Prometheus HTTP API (fake_prometheus_test.go), then Estimate decides
+// from what it read. Their policies have queries of their own (ownPolicy);
+// the batch reading of tailcut's Envoy clusters has its tests in
+// sampler_test, proxies_test and closedloop_test. The expected delays are
+// worked out by hand from the distribution and Envoy's bucket edges.
 
 // now is the injected evaluation time of every fake-Prometheus test.
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -84,9 +88,27 @@ func derivedCondition(reason string) func(*tailcutv1alpha1.HedgePolicy) {
 	}
 }
 
+// ownPolicy is testPolicy published on an Istio mesh, where the sampler reads
+// it with queries of its own: the hedged routes' Envoy histogram and counters.
+func ownPolicy(muts ...func(*tailcutv1alpha1.HedgePolicy)) *tailcutv1alpha1.HedgePolicy {
+	return testPolicy(append([]func(*tailcutv1alpha1.HedgePolicy){onMesh}, muts...)...)
+}
+
+func onMesh(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio }
+
+// sampleAndEstimate is one evaluation as production runs it: the sampler's
+// tick at now, for the policy, then Estimate.
+func sampleAndEstimate(est *Prometheus, policy *tailcutv1alpha1.HedgePolicy, now time.Time) (Result, error) {
+	list := func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
+		return []tailcutv1alpha1.HedgePolicy{*policy}, nil
+	}
+	est.Sampler(list, nil, logr.Discard()).Tick(context.Background(), now)
+	return est.Estimate(context.Background(), policy, now)
+}
+
 func newTestEstimator(t *testing.T, f *fakeProm, timeout time.Duration) *Prometheus {
 	t.Helper()
-	p, err := NewPrometheus(PrometheusOptions{Address: f.srv.URL, Timeout: timeout})
+	p, err := NewPrometheus(PrometheusOptions{Address: f.URL, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +137,7 @@ func counterValue(t *testing.T, policy *tailcutv1alpha1.HedgePolicy, reason stri
 
 func estimate(t *testing.T, f *fakeProm, policy *tailcutv1alpha1.HedgePolicy) Result {
 	t.Helper()
-	res, err := newTestEstimator(t, f, 0).Estimate(context.Background(), policy, now)
+	res, err := sampleAndEstimate(newTestEstimator(t, f, 0), policy, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,37 +160,37 @@ func TestNoData(t *testing.T) {
 		// timeout is the per-query timeout; zero means the 5s default.
 		timeout time.Duration
 	}{
-		{name: "no histogram series", setup: func(f *fakeProm) { f.set(kBuckets, reply{body: vectorJSON()}) }, reason: tailcutv1alpha1.ReasonNoData},
+		{name: "no histogram series", setup: func(f *fakeProm) { f.set(kBuckets, reply{Body: vectorJSON()}) }, reason: tailcutv1alpha1.ReasonNoData},
 		{name: "no requests", setup: func(f *fakeProm) { f.set(kBuckets, bucketsReply(0, bimodal(15, 0.03))) }, reason: tailcutv1alpha1.ReasonNoTraffic},
 		{name: "too few samples", setup: func(f *fakeProm) { f.world(99, bimodal(15, 0.03)) }, reason: tailcutv1alpha1.ReasonTooFewSamples},
 		{name: "slower than the last bucket", setup: func(f *fakeProm) { f.world(5000, lognormal(20000, 0.1)) }, reason: tailcutv1alpha1.ReasonQuantileInfinite},
 		{name: "histogram without +Inf", setup: func(f *fakeProm) {
-			f.set(kBuckets, reply{body: vectorJSON(sample{map[string]string{"le": "10"}, 5})})
+			f.set(kBuckets, reply{Body: vectorJSON(sample{Labels: map[string]string{"le": "10"}, Value: 5})})
 		}, reason: tailcutv1alpha1.ReasonBadResponse},
 		{name: "custom: NaN", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, one(math.NaN())) }, reason: tailcutv1alpha1.ReasonQuantileNaN},
-		{name: "custom: empty", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, reply{body: vectorJSON()}) }, reason: tailcutv1alpha1.ReasonNoData},
+		{name: "custom: empty", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, reply{Body: vectorJSON()}) }, reason: tailcutv1alpha1.ReasonNoData},
 		{name: "custom: several series", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) {
-			f.set(kQuantile, reply{body: vectorJSON(sample{map[string]string{"pod": "a"}, 0.02}, sample{map[string]string{"pod": "b"}, 0.03})})
+			f.set(kQuantile, reply{Body: vectorJSON(sample{Labels: map[string]string{"pod": "a"}, Value: 0.02}, sample{Labels: map[string]string{"pod": "b"}, Value: 0.03})})
 		}, reason: tailcutv1alpha1.ReasonMultipleSeries},
 		{name: "custom: +Inf", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, one(math.Inf(1))) }, reason: tailcutv1alpha1.ReasonQuantileInfinite},
 		{name: "custom: negative", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, one(-0.01)) }, reason: tailcutv1alpha1.ReasonQuantileNegative},
 		{name: "custom: above 10x max", policy: []func(*tailcutv1alpha1.HedgePolicy){custom}, setup: func(f *fakeProm) { f.set(kQuantile, one(10.5)) }, reason: tailcutv1alpha1.ReasonQuantileAbsurd},
 		{name: "custom: above 60s", policy: []func(*tailcutv1alpha1.HedgePolicy){custom, auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(10 * time.Second) })},
 			setup: func(f *fakeProm) { f.set(kQuantile, one(61)) }, reason: tailcutv1alpha1.ReasonQuantileAbsurd},
-		{name: "timeout", setup: func(f *fakeProm) { f.set(kBuckets, reply{hang: true}) }, reason: tailcutv1alpha1.ReasonQueryTimeout, timeout: 300 * ms},
-		{name: "HTTP 500", setup: func(f *fakeProm) { f.set(kBuckets, reply{code: 500, body: "internal error"}) }, reason: tailcutv1alpha1.ReasonPrometheusHTTPError},
+		{name: "timeout", setup: func(f *fakeProm) { f.set(kBuckets, reply{Hang: true}) }, reason: tailcutv1alpha1.ReasonQueryTimeout, timeout: 300 * ms},
+		{name: "HTTP 500", setup: func(f *fakeProm) { f.set(kBuckets, reply{Code: 500, Body: "internal error"}) }, reason: tailcutv1alpha1.ReasonPrometheusHTTPError},
 		{name: "bad JSON", setup: func(f *fakeProm) {
-			f.set(kBuckets, reply{body: `{"status":"success","data":{"resultType":"vector","result":[{`})
+			f.set(kBuckets, reply{Body: `{"status":"success","data":{"resultType":"vector","result":[{`})
 		}, reason: tailcutv1alpha1.ReasonBadResponse},
 		{name: "malformed data", setup: func(f *fakeProm) {
-			f.set(kBuckets, reply{body: `{"status":"success","data":{"resultType":"vector","result":"oops"}}`})
+			f.set(kBuckets, reply{Body: `{"status":"success","data":{"resultType":"vector","result":"oops"}}`})
 		}, reason: tailcutv1alpha1.ReasonBadResponse},
 		{name: "string result", setup: func(f *fakeProm) {
-			f.set(kBuckets, reply{body: `{"status":"success","data":{"resultType":"string","result":[1700000000,"x"]}}`})
+			f.set(kBuckets, reply{Body: `{"status":"success","data":{"resultType":"string","result":[1700000000,"x"]}}`})
 		}, reason: tailcutv1alpha1.ReasonBadResponse},
-		{name: "not JSON", setup: func(f *fakeProm) { f.set(kBuckets, reply{body: `<html>proxy error</html>`}) }, reason: tailcutv1alpha1.ReasonBadResponse},
+		{name: "not JSON", setup: func(f *fakeProm) { f.set(kBuckets, reply{Body: `<html>proxy error</html>`}) }, reason: tailcutv1alpha1.ReasonBadResponse},
 		{name: "query rejected", setup: func(f *fakeProm) {
-			f.set(kBuckets, reply{code: 422, body: `{"status":"error","errorType":"execution","error":"many-to-many matching not allowed"}`})
+			f.set(kBuckets, reply{Code: 422, Body: `{"status":"error","errorType":"execution","error":"many-to-many matching not allowed"}`})
 		}, reason: tailcutv1alpha1.ReasonQueryFailed},
 	}
 	priors := []struct {
@@ -199,10 +221,10 @@ func TestNoData(t *testing.T) {
 					f := newFakeProm(t)
 					f.world(5000, bimodal(15, 0.03))
 					tc.setup(f)
-					policy := testPolicy(append(append([]func(*tailcutv1alpha1.HedgePolicy){}, tc.policy...), pr.policy...)...)
+					policy := ownPolicy(append(append([]func(*tailcutv1alpha1.HedgePolicy){}, tc.policy...), pr.policy...)...)
 					est := newTestEstimator(t, f, tc.timeout)
 					before := counterValue(t, policy, tc.reason)
-					res, err := est.Estimate(context.Background(), policy, now)
+					res, err := sampleAndEstimate(est, policy, now)
 					if err != nil {
 						t.Fatalf("metric outage returned an error: %v", err)
 					}
@@ -236,8 +258,8 @@ func TestConnectionRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := testPolicy(prior(20*ms, tailcutv1alpha1.DelaySourcePrometheus, time.Minute, time.Hour))
-	res, err := est.Estimate(context.Background(), policy, now)
+	policy := ownPolicy(prior(20*ms, tailcutv1alpha1.DelaySourcePrometheus, time.Minute, time.Hour))
+	res, err := sampleAndEstimate(est, policy, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +271,8 @@ func TestConnectionRefused(t *testing.T) {
 
 func TestLastKnownIsClamped(t *testing.T) {
 	f := newFakeProm(t)
-	f.set(kBuckets, reply{code: 500})
-	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(100 * ms) }),
+	f.set(kBuckets, reply{Code: 500})
+	policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(100 * ms) }),
 		prior(300*ms, tailcutv1alpha1.DelaySourcePrometheus, time.Minute, time.Hour))
 	res := estimate(t, f, policy)
 	if res.Delay != 100*ms || res.Source != tailcutv1alpha1.DelaySourceLastKnown {
@@ -299,7 +321,7 @@ func TestStability(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProm(t)
 			f.world(5000, tc.F)
-			policy := testPolicy(tc.policy...)
+			policy := ownPolicy(tc.policy...)
 			res := estimate(t, f, policy)
 			if !res.Derived || res.Source != tailcutv1alpha1.DelaySourcePrometheus || res.DerivedReason != tailcutv1alpha1.ReasonDerived {
 				t.Errorf("got %s %v %s, want a derived Prometheus delay (%s)", res.Source, res.Derived, res.DerivedReason, res.Reason)
@@ -330,7 +352,7 @@ func TestHoldAfterAChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProm(t)
 			f.world(5000, bimodal(15, 0.03))
-			policy := testPolicy(append(tc.policy, derivedCondition(tailcutv1alpha1.ReasonDerived))...)
+			policy := ownPolicy(append(tc.policy, derivedCondition(tailcutv1alpha1.ReasonDerived))...)
 			res := estimate(t, f, policy)
 			if res.Delay != tc.want || res.Source != tailcutv1alpha1.DelaySourcePrometheus || res.Reason != "the previous decision" || !res.Derived {
 				t.Errorf("got %s from %s (%v: %s), want the decision in status, %s", res.Delay, res.Source, res.Derived, res.Reason, tc.want)
@@ -360,7 +382,7 @@ func TestThinReadingKeepsTheFallback(t *testing.T) {
 			f := newFakeProm(t)
 			f.set(kBuckets, bucketsReply(0, bimodal(15, 0.03)))
 			f.hedging(8920, 0)
-			policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+			policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 				a.Fallback = &tailcutv1alpha1.Fallback{Action: tailcutv1alpha1.FallbackStatic, Delay: dur(50 * ms)}
 			}), prior(50*ms, tc.source, time.Minute, time.Minute))
 			res := estimate(t, f, policy)
@@ -380,7 +402,7 @@ func TestReadsSinceTheLastChange(t *testing.T) {
 	f := newFakeProm(t)
 	f.world(5000, bimodal(15, 0.03))
 	f.hedging(5000, 250)
-	res := estimate(t, f, testPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 45*time.Second, 45*time.Second)))
+	res := estimate(t, f, ownPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 45*time.Second, 45*time.Second)))
 	for _, q := range f.queries() {
 		if kindOf(q) != kPrev && !strings.Contains(q, "[44s]") && !strings.Contains(q, "[30s]") {
 			t.Errorf("query does not read the 44s since the change: %s", q)
@@ -400,14 +422,14 @@ func TestStep(t *testing.T) {
 	for _, slow := range []float64{0.04, 0.048, 0.05, 0.052, 0.055, 0.058} {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(15, slow))
-		res := estimate(t, f, testPolicy())
+		res := estimate(t, f, ownPolicy())
 		if res.Delay != 20900*time.Microsecond && (slow > 0.045 || res.Delay != fastTarget) {
 			t.Errorf("slow %.1f%%: delay %s, want just above the 15ms fast mode (%s)", 100*slow, res.Delay, res.Reason)
 		}
 	}
 	f := newFakeProm(t)
 	f.world(5000, bimodal(15, 0.06))
-	if res := estimate(t, f, testPolicy()); res.Delay < 115*ms {
+	if res := estimate(t, f, ownPolicy()); res.Delay < 115*ms {
 		t.Errorf("6%% slow, 5%% budget: delay %s would send 6%% extra requests", res.Delay)
 	}
 }
@@ -424,7 +446,7 @@ func TestBudgetQuantile(t *testing.T) {
 	}{{0.9, 5, 0.95}, {0.99, 5, 0.99}, {0.9, 10, 0.9}, {0.95, 2, 0.98}} {
 		f := newFakeProm(t)
 		f.world(20000, F)
-		policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Quantile = tc.q }),
+		policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Quantile = tc.q }),
 			func(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Budget.MaxExtraLoadPercent = tc.budget })
 		res := estimate(t, f, policy)
 		if res.Quantile == nil || math.Abs(res.Quantile.Quantile-tc.wantQ) > 1e-9 {
@@ -446,7 +468,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, F)
 		f.hedging(10000, 3000) // 30% at 16ms
-		res := estimate(t, f, testPolicy(prior(16*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(16*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		// By maxStepPercent: 24ms; the hedged histogram only proves 17ms.
 		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 24*ms || !res.Derived {
 			t.Errorf("got %s (%s), want 24ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
@@ -463,7 +485,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(40, 0.03))
 		f.hedging(10000, 9000)
-		res := estimate(t, f, testPolicy(prior(16*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(16*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		// le=40 ends at 41ms, where only 3% + 97% * (1 - Phi(1)) = 18% are slower;
 		// le=45 ends at 46ms: 3%. 46ms + 10% = 50.6ms.
 		if res.Delay != 50600*time.Microsecond {
@@ -475,7 +497,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, F)
 		f.hedging(10000, 565) // 5.65%: above 5%, not significantly
-		policy := testPolicy(prior(17500*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
+		policy := ownPolicy(prior(17500*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
 		if res := estimate(t, f, policy); res.Delay != fastTarget || res.DerivedReason != tailcutv1alpha1.ReasonDerived {
 			t.Errorf("5.65%% hedged at 17.5ms: %s %s, want %s (%s)", res.Delay, res.DerivedReason, fastTarget, res.Reason)
 		}
@@ -493,7 +515,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(40, 0.03))
 		f.hedging(10000, 470)
-		res := estimate(t, f, testPolicy(prior(18700*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(18700*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 50600*time.Microsecond {
 			t.Errorf("got %s (%s), want 50.6ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
 		}
@@ -520,7 +542,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(15, 0.05))
 		f.hedging(10000, 480)
-		res := estimate(t, f, testPolicy(prior(17*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(17*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 20900*time.Microsecond {
 			t.Errorf("got %s (%s), want 20.9ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
 		}
@@ -546,7 +568,7 @@ func TestBudgetGuard(t *testing.T) {
 			return 0.935*normalCDF(ms, 15, 1) + 0.005*normalCDF(ms, 24, 1) + 0.06*normalCDF(ms, 34, 1)
 		})
 		f.hedging(10000, 490)
-		res := estimate(t, f, testPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded || res.Delay != 20600*time.Microsecond {
 			t.Errorf("got %s (%s), want 20.6ms BudgetExceeded (%s)", res.Delay, res.DerivedReason, res.Reason)
 		}
@@ -564,7 +586,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(15, 0.05))
 		f.hedging(10000, 480)
-		res := estimate(t, f, testPolicy(prior(18700*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(18700*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonDerived || res.Delay != 18700*time.Microsecond || res.Floor != nil {
 			t.Errorf("got %s (%s), floor %+v, want 18.7ms held, Derived, no floor (%s)", res.Delay, res.DerivedReason, res.Floor, res.Reason)
 		}
@@ -575,12 +597,12 @@ func TestBudgetGuard(t *testing.T) {
 		// Over 10000 requests the limit 5.25% has a standard error of 0.223
 		// points: over means above 5.70%.
 		f.hedging(10000, 575)
-		res := estimate(t, f, testPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded {
 			t.Errorf("5.75%% over 10000 requests: %s (%s), want over budget", res.DerivedReason, res.Reason)
 		}
 		f.hedging(10000, 565)
-		res = estimate(t, f, testPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)))
+		res = estimate(t, f, ownPolicy(prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)))
 		if res.DerivedReason != tailcutv1alpha1.ReasonDerived || res.Delay != fastTarget || res.Floor != nil {
 			t.Errorf("5.65%% over 10000 requests: %s %s floor %+v, want %s held, Derived", res.Delay, res.DerivedReason, res.Floor, fastTarget)
 		}
@@ -589,7 +611,7 @@ func TestBudgetGuard(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, F)
 		f.hedging(10000, 2000)
-		res := estimate(t, f, testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(50 * ms) }),
+		res := estimate(t, f, ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(50 * ms) }),
 			prior(50*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)))
 		if res.Source != tailcutv1alpha1.DelaySourceNone || res.DerivedReason != tailcutv1alpha1.ReasonBudgetExceeded {
 			t.Errorf("got %s from %s (%s), want hedging paused for BudgetExceeded", res.Delay, res.Source, res.DerivedReason)
@@ -605,7 +627,7 @@ func TestBudgetGuard(t *testing.T) {
 	t.Run("the floor holds for a window", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(10, 0.03))
-		res := estimate(t, f, testPolicy(prior(24*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), floor(time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(24*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), floor(time.Minute)))
 		if res.Delay != 17600*time.Microsecond || res.Floor == nil || !strings.Contains(res.Reason, "budget floor 16ms") {
 			t.Errorf("got %s, floor %+v, want 17.6ms: 10%% above the 16ms floor (%s)", res.Delay, res.Floor, res.Reason)
 		}
@@ -620,7 +642,7 @@ func TestBudgetGuard(t *testing.T) {
 		atFloor := func(p *tailcutv1alpha1.HedgePolicy) {
 			p.Status.BudgetFloor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: 20900 * time.Microsecond}, Percent: 6.76, MeasuredAt: metav1.NewTime(now.Add(-10 * time.Second))}
 		}
-		res := estimate(t, f, testPolicy(prior(31400*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), atFloor))
+		res := estimate(t, f, ownPolicy(prior(31400*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), atFloor))
 		if res.Delay != 23*ms {
 			t.Errorf("got %s, want 23ms: 10%% above the 20.9ms floor (%s)", res.Delay, res.Reason)
 		}
@@ -628,7 +650,7 @@ func TestBudgetGuard(t *testing.T) {
 	t.Run("and then expires", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(10, 0.03))
-		res := estimate(t, f, testPolicy(prior(24*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), floor(2*time.Minute)))
+		res := estimate(t, f, ownPolicy(prior(24*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), floor(2*time.Minute)))
 		if res.Delay != 14300*time.Microsecond || res.Floor != nil {
 			t.Errorf("got %s, floor %+v, want 14.3ms and no floor (%s)", res.Delay, res.Floor, res.Reason)
 		}
@@ -650,7 +672,7 @@ func TestHedgingHurts(t *testing.T) {
 	}
 	inForce := prior(40*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute)
 	t.Run("queueing pauses", func(t *testing.T) {
-		res := estimate(t, setup(t, queued), testPolicy(inForce))
+		res := estimate(t, setup(t, queued), ownPolicy(inForce))
 		if res.Source != tailcutv1alpha1.DelaySourceNone || res.DerivedReason != tailcutv1alpha1.ReasonHedgingHurts {
 			t.Fatalf("got %s from %s (%s: %s), want hedging paused, HedgingHurts", res.Delay, res.Source, res.DerivedReason, res.Reason)
 		}
@@ -659,7 +681,7 @@ func TestHedgingHurts(t *testing.T) {
 		}
 	})
 	t.Run("a slower service: no pause", func(t *testing.T) {
-		res := estimate(t, setup(t, bimodal(30, 0.03)), testPolicy(inForce))
+		res := estimate(t, setup(t, bimodal(30, 0.03)), ownPolicy(inForce))
 		if res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 			t.Errorf("got %s from %s (%s), want hedging to go on", res.Delay, res.Source, res.Reason)
 		}
@@ -667,7 +689,7 @@ func TestHedgingHurts(t *testing.T) {
 	t.Run("few hedges: no pause, no extra query", func(t *testing.T) {
 		f := setup(t, queued)
 		f.hedging(10000, 100) // 1% < half the budget
-		res := estimate(t, f, testPolicy(inForce))
+		res := estimate(t, f, ownPolicy(inForce))
 		if res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 			t.Errorf("got %s from %s (%s), want hedging to go on", res.Delay, res.Source, res.Reason)
 		}
@@ -682,15 +704,15 @@ func TestHedgingHurts(t *testing.T) {
 	t.Run("pause holds although the data recovered", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, before)
-		res := estimate(t, f, testPolicy(paused...))
+		res := estimate(t, f, ownPolicy(paused...))
 		if res.Source != tailcutv1alpha1.DelaySourceNone || res.DerivedReason != tailcutv1alpha1.ReasonHedgingHurts {
 			t.Errorf("got %s from %s (%s), want the pause to hold for max(window, 2 intervals)", res.Delay, res.Source, res.Reason)
 		}
 	})
 	t.Run("pause holds through a metrics outage", func(t *testing.T) {
 		f := newFakeProm(t)
-		f.set(kBuckets, reply{code: 500})
-		res := estimate(t, f, testPolicy(append([]func(*tailcutv1alpha1.HedgePolicy){fallbackStatic(40 * ms)}, paused...)...))
+		f.set(kBuckets, reply{Code: 500})
+		res := estimate(t, f, ownPolicy(append([]func(*tailcutv1alpha1.HedgePolicy){fallbackStatic(40 * ms)}, paused...)...))
 		if res.Source != tailcutv1alpha1.DelaySourceNone {
 			t.Errorf("got %s from %s, want the pause to hold, not the fallback", res.Delay, res.Source)
 		}
@@ -698,7 +720,7 @@ func TestHedgingHurts(t *testing.T) {
 	t.Run("resumes after the hold", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, before)
-		res := estimate(t, f, testPolicy(prior(0, tailcutv1alpha1.DelaySourceNone, 30*time.Second, 2*time.Minute),
+		res := estimate(t, f, ownPolicy(prior(0, tailcutv1alpha1.DelaySourceNone, 30*time.Second, 2*time.Minute),
 			derivedCondition(tailcutv1alpha1.ReasonHedgingHurts)))
 		if res.Source != tailcutv1alpha1.DelaySourcePrometheus || res.Delay != fastTarget {
 			t.Errorf("got %s from %s (%s), want hedging to resume at %s", res.Delay, res.Source, res.Reason, fastTarget)
@@ -707,7 +729,7 @@ func TestHedgingHurts(t *testing.T) {
 	t.Run("a spec change lifts the pause", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, before)
-		policy := testPolicy(paused...)
+		policy := ownPolicy(paused...)
 		policy.Generation = 2
 		if res := estimate(t, f, policy); res.Source != tailcutv1alpha1.DelaySourcePrometheus {
 			t.Errorf("got %s from %s (%s), want hedging to resume after a spec change", res.Delay, res.Source, res.Reason)
@@ -747,9 +769,9 @@ func TestInvalidQuery(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProm(t)
-			policy := testPolicy(custom(tc.query))
+			policy := ownPolicy(custom(tc.query))
 			before := counterValue(t, policy, tailcutv1alpha1.ReasonInvalidQuery)
-			_, err := newTestEstimator(t, f, 0).Estimate(context.Background(), policy, now)
+			_, err := sampleAndEstimate(newTestEstimator(t, f, 0), policy, now)
 			var iq *InvalidQueryError
 			if !errors.As(err, &iq) {
 				t.Fatalf("error %v, want an *InvalidQueryError", err)
@@ -769,8 +791,8 @@ func TestInvalidQuery(t *testing.T) {
 
 func TestCustomQuery(t *testing.T) {
 	f := newFakeProm(t)
-	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.042"]}}`})
-	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+	f.set(kQuantile, reply{Body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.042"]}}`})
+	policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 		a.Source = tailcutv1alpha1.EstimateSourceCustom
 		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(rpc_seconds_bucket{namespace="{{.Namespace}}",svc="{{.Service}}",port="{{.Port}}"}[{{.Window}}]))))`
 	}))
@@ -803,7 +825,7 @@ func TestCustomQuery(t *testing.T) {
 // which counts every method and the bypass (#23, defect 8).
 func TestMeshLatencyIsTheHedgedRoutes(t *testing.T) {
 	f := newFakeProm(t)
-	policy := testPolicy()
+	policy := ownPolicy()
 	policy.Spec.Publish.Target = tailcutv1alpha1.PublishIstio
 	_ = estimate(t, f, policy)
 	want := `sum by (le) (increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_time_bucket{namespace="shop"}[2m]))`
@@ -818,8 +840,8 @@ func TestMeshLatencyIsTheHedgedRoutes(t *testing.T) {
 // quantile costs, and the delay rises within the step limit.
 func TestCustomQueryStepsUp(t *testing.T) {
 	f := newFakeProm(t)
-	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.040"]}}`})
-	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+	f.set(kQuantile, reply{Body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.040"]}}`})
+	policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 		a.Source = tailcutv1alpha1.EstimateSourceCustom
 		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(rpc_seconds_bucket{namespace="{{.Namespace}}",svc="{{.Service}}"}[{{.Window}}]))))`
 	}), prior(10*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour))
@@ -831,8 +853,8 @@ func TestCustomQueryStepsUp(t *testing.T) {
 
 func TestCustomQueryMayReadItsOwnEnvoyCluster(t *testing.T) {
 	f := newFakeProm(t)
-	f.set(kQuantile, reply{body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.031"]}}`})
-	policy := testPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
+	f.set(kQuantile, reply{Body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.031"]}}`})
+	policy := ownPolicy(auto(func(a *tailcutv1alpha1.AutoDelay) {
 		a.Source = tailcutv1alpha1.EstimateSourceCustom
 		a.Query = `scalar(histogram_quantile({{.Quantile}}, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="tailcut_{{.Namespace}}_{{.Service}}_{{.Port}}"}[{{.Window}}]))) / 1000)`
 	}))
@@ -844,10 +866,10 @@ func TestCustomQueryMayReadItsOwnEnvoyCluster(t *testing.T) {
 
 func TestStaticPolicyNeedsNoQuery(t *testing.T) {
 	f := newFakeProm(t)
-	policy := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) {
+	policy := ownPolicy(func(p *tailcutv1alpha1.HedgePolicy) {
 		p.Spec.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeStatic, Static: dur(25 * ms)}
 	})
-	res, err := newTestEstimator(t, f, 0).Estimate(context.Background(), policy, now)
+	res, err := sampleAndEstimate(newTestEstimator(t, f, 0), policy, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -860,7 +882,7 @@ func TestMetrics(t *testing.T) {
 	f := newFakeProm(t)
 	f.world(5000, bimodal(15, 0.03))
 	f.hedging(10000, 300)
-	policy := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Name = "metrics" },
+	policy := ownPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Name = "metrics" },
 		prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Hour))
 	estimate(t, f, policy)
 	var m dto.Metric
@@ -875,7 +897,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// An evaluation that reads nothing (within an interval of a change) keeps
 	// the last readings, as status does.
-	held := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Name = "metrics" },
+	held := ownPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Name = "metrics" },
 		prior(fastTarget, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Second))
 	estimate(t, f, held)
 	if !hasSeries(hedgeRate, "shop/metrics") || !hasSeries(quantileSeconds, "shop/metrics") {

@@ -259,7 +259,7 @@ func TestSamplerCountsEachProxy(t *testing.T) {
 			policy.Spec.EvaluationInterval = &metav1.Duration{Duration: 15 * time.Second}
 			cluster := plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
 			prom := &seriesProm{t: t}
-			est := &Prometheus{api: prom, timeout: time.Second}
+			est := newPrometheus(prom, time.Second)
 			sampler := est.Sampler(func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
 				return []tailcutv1alpha1.HedgePolicy{*policy}, nil
 			}, nil, logr.Discard())

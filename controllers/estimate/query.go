@@ -62,8 +62,10 @@ func (e *InvalidQueryError) Error() string {
 
 func (e *InvalidQueryError) Unwrap() error { return e.Err }
 
-// querySet is every PromQL query one evaluation may send for a policy. Empty
-// strings are queries the source does not have.
+// querySet is how the sampler reads a policy: the PromQL queries it sends
+// for the policy alone (empty strings are queries the source does not have;
+// all are empty for the policies it reads in batch, sampledByCluster), and
+// how to read what comes back.
 type querySet struct {
 	// buckets is the per-bucket increase of the latency histogram over the
 	// read range, summed over instances, one series per le (Envoy, Workload).
@@ -87,6 +89,9 @@ type querySet struct {
 	// hedgeHint says what to enable when the hedge counters have no data (on
 	// a mesh, they are opt-in).
 	hedgeHint string
+	// custom is true for a Custom query, which reads a quantile, not a
+	// histogram; counters is true when the hedge counters are read.
+	custom, counters bool
 }
 
 // Built-in query templates. Selector and HedgedSelector are complete label
@@ -117,6 +122,11 @@ var promQLParser = parser.NewParser(parser.Options{})
 // buildQueries renders and parses the queries for a policy that read the range
 // (now - rng, now].
 func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay, rng time.Duration) (querySet, error) {
+	if sampledByCluster(policy, auto) {
+		// The sampler's batch queries read every tailcut cluster (sampler.go):
+		// Envoy's latency histogram in ms, and the hedge counters.
+		return querySet{boundScale: 1e-3, edge: envoyEdge, counters: true}, nil
+	}
 	ns, svc, port := policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port
 	window := promDuration(auto.Window.Duration)
 	quantile := strconv.FormatFloat(auto.Quantile, 'g', -1, 64)
@@ -142,16 +152,10 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 	}
 	switch auto.Source {
 	case tailcutv1alpha1.EstimateSourceEnvoy:
-		if mesh {
-			// On the mesh, Envoy is the clients' sidecars: the hedged
-			// routes' latency histogram, as Envoy records it for the
-			// cluster (ms, truncated).
-			data["Metric"] = meshRouteMetric(ns, svc, port, "upstream_rq_time")
-			data["Selector"] = data["HedgedSelector"]
-			qs.boundScale, qs.edge = 1e-3, envoyEdge
-			break
-		}
-		data["Metric"] = envoyLatencyMetric
+		// On the mesh, Envoy is the clients' sidecars: the hedged routes'
+		// latency histogram, as Envoy records it for the cluster (ms,
+		// truncated).
+		data["Metric"] = meshRouteMetric(ns, svc, port, "upstream_rq_time")
 		data["Selector"] = data["HedgedSelector"]
 		qs.boundScale, qs.edge = 1e-3, envoyEdge
 	case tailcutv1alpha1.EstimateSourceWorkload:
@@ -191,7 +195,7 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		}); err != nil {
 			return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: problemOf(err), Query: q, Err: err}
 		}
-		qs.quantile = q
+		qs.quantile, qs.custom = q, true
 	default:
 		return querySet{}, &InvalidQueryError{Source: auto.Source, Problem: fmt.Sprintf("unknown source %q", auto.Source)}
 	}
@@ -215,6 +219,7 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		}
 		*j.dst = q
 	}
+	qs.counters = true
 	return qs, nil
 }
 

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 )
@@ -54,7 +53,7 @@ func loadTicks(t *testing.T, file, cluster string) *memory {
 	if err := json.Unmarshal(b, &ticks); err != nil {
 		t.Fatal(err)
 	}
-	m := &memory{own: map[types.NamespacedName]ownReading{}}
+	m := newMemory()
 	for i, rt := range ticks {
 		if i > 0 {
 			prev := ticks[i-1]
@@ -91,7 +90,8 @@ func TestRecordedShiftBackIsNotQueueing(t *testing.T) {
 	p.Status.EffectiveDelay = &metav1.Duration{Duration: 50600 * time.Microsecond}
 	p.Status.DelaySource = tailcutv1alpha1.DelaySourcePrometheus
 	p.Status.LastDelayChange = &metav1.Time{Time: time.Date(2026, 11, 23, 15, 38, 42, 0, time.UTC)}
-	est := &Prometheus{memory: loadTicks(t, "shift-back-ticks.json", cluster)}
+	est := newPrometheus(nil, 0)
+	est.memory = loadTicks(t, "shift-back-ticks.json", cluster)
 	now := time.Date(2026, 11, 23, 15, 38, 52, 500_000_000, time.UTC)
 	res, err := est.Estimate(context.Background(), p, now)
 	if err != nil {

@@ -119,12 +119,10 @@ var (
 	_ manager.LeaderElectionRunnable = (*Sampler)(nil)
 )
 
-// Sampler attaches a sampler to the estimator: from then on Estimate reads
-// only what the sampler read and sends no query itself. notify, when not nil,
-// receives the policies to evaluate after each tick.
+// Sampler is the estimator's reader of Prometheus: Estimate decides from
+// what it read. notify, when not nil, receives the policies to evaluate
+// after each tick.
 func (p *Prometheus) Sampler(list PolicyLister, notify chan<- event.GenericEvent, log logr.Logger) *Sampler {
-	p.memory = &memory{own: map[types.NamespacedName]ownReading{}}
-	p.decided = newDecisions()
 	return &Sampler{p: p, list: list, notify: notify, log: log, notified: map[types.NamespacedName]time.Time{}, unread: map[types.NamespacedName]bool{}}
 }
 
@@ -297,7 +295,7 @@ func (s *Sampler) readOwn(ctx context.Context, auto []*tailcutv1alpha1.HedgePoli
 		if sampledByCluster(policy, &a) {
 			continue
 		}
-		sp := readSpan(policy, &a, now)
+		sp := readSpan(s.p.decided.prior(policy), &a, now)
 		if sp.hold != "" {
 			continue
 		}
@@ -360,7 +358,7 @@ func (s *Sampler) readable(p *tailcutv1alpha1.HedgePolicy, now time.Time) bool {
 	if !sampledByCluster(p, &a) {
 		return true
 	}
-	sp := readSpan(p, &a, now)
+	sp := readSpan(s.p.decided.prior(p), &a, now)
 	if sp.hold != "" {
 		return false
 	}
