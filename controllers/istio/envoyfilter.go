@@ -107,9 +107,6 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 // the mesh's (or a VirtualService's) retries. Turning hedging off is still a
 // content change istiod pushes, not a removal.
 func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstructured.Unstructured, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
 	if p.Match.PathPrefix != "/" {
 		return nil, ErrPathPrefix
 	}

@@ -128,11 +128,6 @@ func TestPrepareSetErrors(t *testing.T) {
 	if _, err := PrepareSet([]RoutePlan{web, web}); !errors.Is(err, ErrDuplicateName) {
 		t.Errorf("same plan twice: %v", err)
 	}
-	bad := testPlan("shop", "api", 80)
-	bad.Hedge.MaxHedges = 0
-	if _, err := PrepareSet([]RoutePlan{web, bad}); !errors.Is(err, ErrMaxHedges) {
-		t.Errorf("invalid plan: %v", err)
-	}
 	// A plan whose only host another plan owns is left without hosts.
 	a, b := testPlan("shop", "web", 80), testPlan("shop", "web", 8080)
 	b.Name, b.Hosts = "shop/b", []string{"web.shop"}

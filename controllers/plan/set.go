@@ -49,9 +49,10 @@ func ComparePlans(a, b RoutePlan) int {
 	)
 }
 
-// PrepareSet readies the plans that one proxy serves together. It validates
-// each plan, sorts them with ComparePlans and makes sure each host name belongs
-// to one plan only. The input slice and its plans are not modified.
+// PrepareSet readies the plans that one proxy serves together: it sorts them
+// with ComparePlans and makes sure each host name belongs to one plan only.
+// Each plan was validated where it was built (Build); what PrepareSet checks
+// is the set. The input slice and its plans are not modified.
 //
 // Host names: ServiceHosts lists every name with and without the port, so the
 // portless names ("web.shop", "web.shop.svc", ...) of a Service with two hedged ports
@@ -64,15 +65,8 @@ func ComparePlans(a, b RoutePlan) int {
 // Two plans for the same namespace, Service and port are an error
 // (ErrDuplicateTarget): Envoy could reach only one of them.
 func PrepareSet(plans []RoutePlan) ([]RoutePlan, error) {
-	out := make([]RoutePlan, 0, len(plans))
+	out := slices.Clone(plans)
 	var errs []error
-	for _, p := range plans {
-		if err := p.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("plan %s: %w", p.Name, err))
-			continue
-		}
-		out = append(out, p)
-	}
 	slices.SortFunc(out, ComparePlans)
 	for i := 1; i < len(out); i++ {
 		a, b := out[i-1], out[i]

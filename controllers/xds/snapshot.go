@@ -195,13 +195,11 @@ func (s *Server) deferring() bool {
 	return s.pushing
 }
 
-// admitLocked checks a plan alone as the set's translation would: it
-// validates, its resources validate, and no other plan holds its Service
-// port. Its resources are kept for the next translation. Callers hold pubMu.
+// admitLocked checks a plan (valid: plan.Build) alone as the set's
+// translation would: its resources validate, and no other plan holds its
+// Service port. Its resources are kept for the next translation. Callers
+// hold pubMu.
 func (s *Server) admitLocked(key k8stypes.NamespacedName, p plan.RoutePlan) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
 	s.mu.Lock()
 	for other, q := range s.plans {
 		if other != key && q.Namespace == p.Namespace && q.Service == p.Service && q.Port == p.Port {
