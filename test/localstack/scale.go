@@ -23,10 +23,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,15 +39,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/go-logr/logr"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
-	"github.com/tailcut/tailcut/test/envtestutil"
 	"github.com/tailcut/tailcut/test/harness"
 )
 
@@ -98,32 +91,26 @@ type ScaleResult struct {
 	ResyncPeakRSSMiB, ResyncCPU float64
 }
 
-// scaleStack is what a scale run started.
-type scaleStack struct {
-	opts     ScaleOptions
-	env      *envtest.Environment
-	c        client.Client
-	bin      string
-	module   string
-	kubecfg  string
-	prom     *fakePrometheus
-	operator *harness.Process
-	envoy    *harness.Process
-	ports    struct{ xds, metrics, probe, admin, listener int }
+// scaleRun is a scale run on a local stack with a Fleet.
+type scaleRun struct {
+	*Stack
+	scale ScaleOptions
+	fleet *Fleet
 }
 
 // RunScale runs the scale measurements of issue #12.
 func RunScale(ctx context.Context, opts ScaleOptions) (_ *ScaleResult, err error) {
-	for _, v := range []string{"KUBEBUILDER_ASSETS", "ENVOY_BIN"} {
-		if os.Getenv(v) == "" {
-			return nil, fmt.Errorf("%s is not set: run through make (make bench-scale, make test), which installs the pinned tools", v)
-		}
-	}
-	s := &scaleStack{opts: opts}
-	defer s.stop()
-	if err := s.start(ctx); err != nil {
+	ports, err := ReservePorts()
+	if err != nil {
 		return nil, err
 	}
+	fleet := &Fleet{Services: opts.Policies, Namespaces: opts.Namespaces}
+	stack, err := Start(ctx, Options{Dir: opts.Dir, Ports: ports, Log: opts.Log, Fleet: fleet, EnvoyConcurrency: 1, PprofAddress: opts.PprofAddress})
+	if err != nil {
+		return nil, err
+	}
+	defer stack.Stop()
+	s := &scaleRun{Stack: stack, scale: opts, fleet: fleet}
 	res := &ScaleResult{Policies: opts.Policies, Namespaces: opts.Namespaces, Interval: (&tailcutv1alpha1.HedgePolicySpec{}).EffectiveEvaluationInterval()}
 	steps := []struct {
 		name string
@@ -144,90 +131,16 @@ func RunScale(ctx context.Context, opts ScaleOptions) (_ *ScaleResult, err error
 	return res, nil
 }
 
-func (s *scaleStack) logf(format string, args ...any) {
-	if s.opts.Log != nil {
-		s.opts.Log(format, args...)
-	}
-}
-
-func (s *scaleStack) start(ctx context.Context) error {
-	for _, d := range []string{"logs", "bin"} {
-		if err := os.MkdirAll(filepath.Join(s.opts.Dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	s.logf("building the operator")
-	s.bin = filepath.Join(s.opts.Dir, "bin", "tailcut")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", s.bin, ".")
-	cmd.Dir = envtestutil.RepoRoot()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, b)
-	}
-	module, err := harness.BuildHedgeAccountModule(filepath.Join(s.opts.Dir, "bin"))
-	if err != nil {
-		return err
-	}
-	s.module = module
-	s.logf("starting etcd and kube-apiserver")
-	ctrllog.SetLogger(logr.Discard())
-	env, cfg, err := envtestutil.Start()
-	if err != nil {
-		return err
-	}
-	s.env = env
-	cfg.QPS, cfg.Burst = 2000, 4000
-	if s.c, err = client.New(cfg, client.Options{Scheme: envtestutil.Scheme()}); err != nil {
-		return err
-	}
-	s.kubecfg = filepath.Join(s.opts.Dir, "kubeconfig")
-	if err := envtestutil.WriteKubeconfig(env, "tailcut-scale", s.kubecfg); err != nil {
-		return err
-	}
-	if s.prom, err = startFakePrometheus(); err != nil {
-		return err
-	}
-	for _, p := range []*int{&s.ports.xds, &s.ports.metrics, &s.ports.probe, &s.ports.admin, &s.ports.listener} {
-		if *p, err = harness.ReservePort(); err != nil {
-			return err
-		}
-	}
-	s.logf("creating %d Services with EndpointSlices in %d namespaces", s.opts.Policies, s.opts.Namespaces)
-	if err := s.createTargets(ctx); err != nil {
-		return err
-	}
-	if err := s.startOperator(ctx); err != nil {
-		return err
-	}
-	return s.startEnvoy(ctx)
-}
-
-func (s *scaleStack) stop() {
-	if s.envoy != nil {
-		s.envoy.Stop(10 * time.Second)
-	}
-	if s.operator != nil {
-		s.operator.Stop(10 * time.Second)
-	}
-	if s.prom != nil {
-		s.prom.close()
-	}
-	if s.env != nil {
-		if err := s.env.Stop(); err != nil {
-			s.logf("stopping the API server: %v", err)
-		}
-	}
-}
-
-func (s *scaleStack) ns(i int) string  { return fmt.Sprintf("scale-%d", i%s.opts.Namespaces) }
-func (s *scaleStack) svc(i int) string { return fmt.Sprintf("svc-%d", i) }
+func (f *Fleet) ns(i int) string  { return fmt.Sprintf("scale-%d", i%f.Namespaces) }
+func (f *Fleet) svc(i int) string { return fmt.Sprintf("svc-%d", i) }
 
 // endpointIP is the address of a Service's j-th endpoint. Envoy never
 // connects: no request is sent.
 func endpointIP(i, j int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i/250, i%250, 1+j) }
 
-func (s *scaleStack) slice(i, endpoints int) *discoveryv1.EndpointSlice {
+func (f *Fleet) slice(i, endpoints int) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: s.ns(i), Name: s.svc(i) + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: s.svc(i)}},
+		ObjectMeta:  metav1.ObjectMeta{Namespace: f.ns(i), Name: f.svc(i) + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: f.svc(i)}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](9090)}},
 	}
@@ -237,23 +150,27 @@ func (s *scaleStack) slice(i, endpoints int) *discoveryv1.EndpointSlice {
 	return es
 }
 
-func (s *scaleStack) createTargets(ctx context.Context) error {
-	for n := range s.opts.Namespaces {
-		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns(n)}}); err != nil {
+// createFleet creates the fleet's namespaces, and its Services with an
+// EndpointSlice of two endpoints each.
+func (s *Stack) createFleet(ctx context.Context) error {
+	f := s.opts.Fleet
+	s.logf("creating %d Services with EndpointSlices in %d namespaces", f.Services, f.Namespaces)
+	for n := range f.Namespaces {
+		if err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns(n)}}); err != nil {
 			return err
 		}
 	}
-	return parallel(s.opts.Policies, func(i int) error {
+	return parallel(f.Services, func(i int) error {
 		// Headless: the API server would run out of cluster IPs for 1,000.
 		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns(i), Name: s.svc(i)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns(i), Name: f.svc(i)},
 			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
 				Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 		}
-		if err := s.c.Create(ctx, svc); err != nil {
+		if err := s.Client.Create(ctx, svc); err != nil {
 			return err
 		}
-		return s.c.Create(ctx, s.slice(i, 2))
+		return s.Client.Create(ctx, f.slice(i, 2))
 	})
 }
 
@@ -280,44 +197,12 @@ func parallel(n int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-func (s *scaleStack) startOperator(ctx context.Context) error {
-	p, err := harness.StartProcess("tailcut", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
-		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
-		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
-		"--pprof-bind-address="+s.opts.PprofAddress)
-	if err != nil {
-		return err
-	}
-	s.operator = p
-	return waitHTTP(ctx, p, "http://"+addr(s.ports.probe)+"/readyz", 2*time.Minute)
-}
-
-func (s *scaleStack) startEnvoy(ctx context.Context) error {
-	bootstrap, err := exec.CommandContext(ctx, s.bin, "bootstrap", "--xds-address="+addr(s.ports.xds),
-		"--node-id=scale-envoy", "--admin-port="+strconv.Itoa(s.ports.admin), "--listener-port="+strconv.Itoa(s.ports.listener)).Output()
-	if err != nil {
-		return fmt.Errorf("tailcut bootstrap: %w", err)
-	}
-	path := filepath.Join(s.opts.Dir, "envoy.yaml")
-	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
-		return err
-	}
-	p, err := harness.StartProcess("envoy", filepath.Join(s.opts.Dir, "logs"), nil, os.Getenv("ENVOY_BIN"), "-c", path,
-		"--concurrency", "1", "--base-id", strconv.Itoa(s.ports.admin), "--log-level", "warn")
-	if err != nil {
-		return err
-	}
-	s.envoy = p
-	return waitHTTP(ctx, p, "http://"+addr(s.ports.admin)+"/ready", time.Minute)
-}
-
 // policy is the i-th HedgePolicy: even ones Static, odd ones Auto (reading
 // Envoy's histograms through the fake Prometheus, which has no data).
-func (s *scaleStack) policy(i int) *tailcutv1alpha1.HedgePolicy {
+func (f *Fleet) policy(i int) *tailcutv1alpha1.HedgePolicy {
 	p := &tailcutv1alpha1.HedgePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns(i), Name: s.svc(i)},
-		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: s.svc(i), Port: 80}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns(i), Name: f.svc(i)},
+		Spec:       tailcutv1alpha1.HedgePolicySpec{TargetRef: tailcutv1alpha1.TargetRef{Name: f.svc(i), Port: 80}},
 	}
 	if i%2 == 0 {
 		p.Spec.Delay.Mode = tailcutv1alpha1.DelayModeStatic
@@ -326,13 +211,13 @@ func (s *scaleStack) policy(i int) *tailcutv1alpha1.HedgePolicy {
 	return p
 }
 
-func (s *scaleStack) apply(ctx context.Context, res *ScaleResult) error {
+func (s *scaleRun) apply(ctx context.Context, res *ScaleResult) error {
 	writes, opCPU, envoyCPU, err := s.costs()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := parallel(s.opts.Policies, func(i int) error { return s.c.Create(ctx, s.policy(i)) }); err != nil {
+	if err := parallel(s.scale.Policies, func(i int) error { return s.Client.Create(ctx, s.fleet.policy(i)) }); err != nil {
 		return err
 	}
 	res.Created = time.Since(start)
@@ -345,16 +230,16 @@ func (s *scaleStack) apply(ctx context.Context, res *ScaleResult) error {
 		return err
 	}
 	res.ApplyWrites, res.ApplyOperatorCPU, res.ApplyEnvoyCPU = w-writes, o-opCPU, e-envoyCPU
-	s.logf("created %d policies in %s, all Programmed after %s", s.opts.Policies, res.Created.Round(time.Millisecond), res.Programmed.Round(time.Millisecond))
+	s.logf("created %d policies in %s, all Programmed after %s", s.scale.Policies, res.Created.Round(time.Millisecond), res.Programmed.Round(time.Millisecond))
 	return nil
 }
 
 // waitProgrammed waits until every policy is Programmed, with Envoy's ACK.
-func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) error {
+func (s *scaleRun) waitProgrammed(ctx context.Context, timeout time.Duration) error {
 	deadline, lastLog := time.Now().Add(timeout), time.Now()
 	for {
 		var list tailcutv1alpha1.HedgePolicyList
-		if err := s.c.List(ctx, &list); err != nil {
+		if err := s.Client.List(ctx, &list); err != nil {
 			return err
 		}
 		done := 0
@@ -363,16 +248,16 @@ func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) 
 				done++
 			}
 		}
-		if done == s.opts.Policies {
+		if done == s.scale.Policies {
 			return nil
 		}
 		if time.Since(lastLog) >= 5*time.Second {
 			clusters, _ := s.envoyStat(`^cluster_manager\.active_clusters$`)
-			s.logf("%d of %d policies Programmed; Envoy has %.0f clusters", done, s.opts.Policies, clusters)
+			s.logf("%d of %d policies Programmed; Envoy has %.0f clusters", done, s.scale.Policies, clusters)
 			lastLog = time.Now()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d policies Programmed after %s", done, s.opts.Policies, timeout)
+			return fmt.Errorf("%d of %d policies Programmed after %s", done, s.scale.Policies, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -384,7 +269,7 @@ func (s *scaleStack) waitProgrammed(ctx context.Context, timeout time.Duration) 
 
 // delayChanges changes the delay of Static policies one at a time and times
 // each from the update to Envoy's RDS update.
-func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
+func (s *scaleRun) delayChanges(ctx context.Context, res *ScaleResult) error {
 	const rdsUpdates = `^http\.` + envoyconf.StatPrefix + `\.rds\.` + envoyconf.RouteConfigName + `\.update_success$`
 	bytesBefore, err := s.operatorMetricSum("tailcut_xds_pushed_bytes_total", `type="RDS"`)
 	if err != nil {
@@ -392,19 +277,19 @@ func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var last *tailcutv1alpha1.HedgePolicy
-	for k := range s.opts.Changes {
+	for k := range s.scale.Changes {
 		before, err := s.envoyStat(rdsUpdates)
 		if err != nil {
 			return err
 		}
-		p := s.policy(2 * rng.IntN(s.opts.Policies/2))
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		p := s.fleet.policy(2 * rng.IntN(s.scale.Policies/2))
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return err
 		}
 		base := p.DeepCopy()
 		p.Spec.Delay.Static = &metav1.Duration{Duration: 21*time.Millisecond + time.Duration(k)*time.Millisecond}
 		start := time.Now()
-		if err := s.c.Patch(ctx, p, client.MergeFrom(base)); err != nil {
+		if err := s.Client.Patch(ctx, p, client.MergeFrom(base)); err != nil {
 			return err
 		}
 		if err := s.until(ctx, 30*time.Second, func() (bool, error) {
@@ -420,7 +305,7 @@ func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
 	if err != nil {
 		return err
 	}
-	res.RDSBytes = (bytesAfter - bytesBefore) / float64(s.opts.Changes)
+	res.RDSBytes = (bytesAfter - bytesBefore) / float64(s.scale.Changes)
 	// The last change is in Envoy's routes, with its delay.
 	dump, err := s.envoyGet("/config_dump?resource=dynamic_route_configs")
 	if err != nil {
@@ -435,25 +320,27 @@ func (s *scaleStack) delayChanges(ctx context.Context, res *ScaleResult) error {
 
 // endpointChanges adds an endpoint to Services one at a time while
 // Prometheus hangs, and times each until Envoy has it.
-func (s *scaleStack) endpointChanges(ctx context.Context, res *ScaleResult) error {
-	s.prom.hang(true)
-	defer s.prom.hang(false)
+func (s *scaleRun) endpointChanges(ctx context.Context, res *ScaleResult) error {
+	prom := s.FakePrometheus
+	before := len(prom.Queries())
+	prom.Answer(func(string) harness.PromReply { return harness.PromReply{Hang: true} })
+	defer prom.Answer(nil)
 	// Start once the sampler's queries hang.
-	if err := s.until(ctx, time.Minute, func() (bool, error) { return s.prom.hung.Load() > 0, nil }); err != nil {
+	if err := s.until(ctx, time.Minute, func() (bool, error) { return len(prom.Queries()) > before, nil }); err != nil {
 		return fmt.Errorf("the sampler sent no query to the hung Prometheus: %w", err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for k := range s.opts.Changes {
-		i := rng.IntN(s.opts.Policies)
-		es := s.slice(i, 0)
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(es), es); err != nil {
+	for k := range s.scale.Changes {
+		i := rng.IntN(s.scale.Policies)
+		es := s.fleet.slice(i, 0)
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(es), es); err != nil {
 			return err
 		}
 		want := len(es.Endpoints) + 1
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{endpointIP(i, want-1)}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-		stat := `^cluster\.` + plan.ClusterName(s.ns(i), s.svc(i), 80) + `\.membership_healthy$`
+		stat := `^cluster\.` + plan.ClusterName(s.fleet.ns(i), s.fleet.svc(i), 80) + `\.membership_healthy$`
 		start := time.Now()
-		if err := s.c.Update(ctx, es); err != nil {
+		if err := s.Client.Update(ctx, es); err != nil {
 			return err
 		}
 		if err := s.until(ctx, 30*time.Second, func() (bool, error) {
@@ -468,18 +355,18 @@ func (s *scaleStack) endpointChanges(ctx context.Context, res *ScaleResult) erro
 }
 
 // rest watches the operator with nothing changing.
-func (s *scaleStack) rest(ctx context.Context, res *ScaleResult) error {
-	pid := s.operator.PID()
+func (s *scaleRun) rest(ctx context.Context, res *ScaleResult) error {
+	pid := s.running("tailcut").PID()
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
 		return err
 	}
-	q0 := s.prom.queries.Load()
+	q0 := len(s.FakePrometheus.Queries())
 	start := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(s.opts.Rest):
+	case <-time.After(s.scale.Rest):
 	}
 	cpu1, err := cpuSeconds(pid)
 	if err != nil {
@@ -487,33 +374,28 @@ func (s *scaleStack) rest(ctx context.Context, res *ScaleResult) error {
 	}
 	wall := time.Since(start)
 	res.RestCPU = (cpu1 - cpu0) / wall.Seconds()
-	res.QueriesPerInterval = float64(s.prom.queries.Load()-q0) / (wall.Seconds() / res.Interval.Seconds())
+	res.QueriesPerInterval = float64(len(s.FakePrometheus.Queries())-q0) / (wall.Seconds() / res.Interval.Seconds())
 	rss, _, err := memory(pid)
 	res.RestRSSMiB = rss
 	return err
 }
 
 // resync restarts the operator with every policy in place.
-func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
-	s.operator.Stop(10 * time.Second)
-	start := time.Now()
-	p, err := harness.StartProcess("tailcut-resync", filepath.Join(s.opts.Dir, "logs"), []string{"KUBECONFIG=" + s.kubecfg}, s.bin,
-		"--metrics-bind-address="+addr(s.ports.metrics), "--metrics-secure=false", "--health-probe-bind-address="+addr(s.ports.probe),
-		"--xds-address="+addr(s.ports.xds), "--prometheus-url="+s.prom.url(),
-		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port="+strconv.Itoa(s.ports.listener), "--envoy-hedge-account-module="+s.module,
-		"--pprof-bind-address="+s.opts.PprofAddress)
-	if err != nil {
+func (s *scaleRun) resync(ctx context.Context, res *ScaleResult) error {
+	if _, err := s.StopOperator(10 * time.Second); err != nil {
 		return err
 	}
-	s.operator = p
-	if err := waitHTTP(ctx, p, "http://"+addr(s.ports.probe)+"/readyz", 2*time.Minute); err != nil {
+	start := time.Now()
+	if err := s.RestartOperator(ctx); err != nil {
 		return err
 	}
 	res.ResyncReady = time.Since(start)
+	p := s.running("tailcut")
 	// Envoy reconnects and ACKs; the peak is reached by then.
 	if err := s.waitProgrammed(ctx, 2*time.Minute); err != nil {
 		return err
 	}
+	var err error
 	if res.ResyncCPU, err = cpuSeconds(p.PID()); err != nil {
 		return err
 	}
@@ -521,7 +403,7 @@ func (s *scaleStack) resync(ctx context.Context, res *ScaleResult) error {
 	return err
 }
 
-func (s *scaleStack) until(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+func (s *scaleRun) until(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, err := cond()
@@ -542,8 +424,8 @@ func (s *scaleStack) until(ctx context.Context, timeout time.Duration, cond func
 	}
 }
 
-func (s *scaleStack) envoyGet(path string) (string, error) {
-	resp, err := http.Get("http://" + addr(s.ports.admin) + path)
+func (s *scaleRun) envoyGet(path string) (string, error) {
+	resp, err := http.Get("http://" + addr(s.opts.Ports.Admin) + path)
 	if err != nil {
 		return "", err
 	}
@@ -556,7 +438,7 @@ func (s *scaleStack) envoyGet(path string) (string, error) {
 }
 
 // envoyStat reads one stat (a regex matching exactly one name); 0 when absent.
-func (s *scaleStack) envoyStat(re string) (float64, error) {
+func (s *scaleRun) envoyStat(re string) (float64, error) {
 	body, err := s.envoyGet("/stats?filter=" + urlQueryEscape(re))
 	if err != nil {
 		return 0, err
@@ -571,7 +453,7 @@ func (s *scaleStack) envoyStat(re string) (float64, error) {
 
 // costs is what the operator and Envoy spent so far: the operator's API
 // writes, and both processes' CPU seconds.
-func (s *scaleStack) costs() (writes, operatorCPU, envoyCPU float64, err error) {
+func (s *scaleRun) costs() (writes, operatorCPU, envoyCPU float64, err error) {
 	for _, method := range []string{"POST", "PUT", "PATCH"} {
 		n, err := s.operatorMetricSum("rest_client_requests_total", `method="`+method+`"`)
 		if err != nil {
@@ -579,16 +461,16 @@ func (s *scaleStack) costs() (writes, operatorCPU, envoyCPU float64, err error) 
 		}
 		writes += n
 	}
-	if operatorCPU, err = cpuSeconds(s.operator.PID()); err != nil {
+	if operatorCPU, err = cpuSeconds(s.running("tailcut").PID()); err != nil {
 		return 0, 0, 0, err
 	}
-	envoyCPU, err = cpuSeconds(s.envoy.PID())
+	envoyCPU, err = cpuSeconds(s.running("envoy").PID())
 	return writes, operatorCPU, envoyCPU, err
 }
 
 // operatorMetricSum sums every series of a metric whose labels contain labels.
-func (s *scaleStack) operatorMetricSum(name, labels string) (float64, error) {
-	return metricSum(s.ports.metrics, name, labels)
+func (s *scaleRun) operatorMetricSum(name, labels string) (float64, error) {
+	return metricSum(s.opts.Ports.Metrics, name, labels)
 }
 
 // metricSum sums every series of a metric, served in the Prometheus text
@@ -659,64 +541,6 @@ func memory(pid int) (rss, peak float64, err error) {
 		}
 	}
 	return rss, peak, nil
-}
-
-// fakePrometheus answers every query with an empty vector, counting them, or
-// accepts them and never answers (hang), like a Prometheus behind a
-// blackholed route.
-type fakePrometheus struct {
-	srv     *http.Server
-	lis     net.Listener
-	queries atomic.Int64
-	hung    atomic.Int64
-	hanging atomic.Bool
-	release chan struct{}
-	mu      sync.Mutex
-}
-
-func startFakePrometheus() (*fakePrometheus, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	f := &fakePrometheus{lis: lis, release: make(chan struct{})}
-	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = f.srv.Serve(lis) }()
-	return f, nil
-}
-
-func (f *fakePrometheus) url() string { return "http://" + f.lis.Addr().String() }
-
-func (f *fakePrometheus) serve(w http.ResponseWriter, r *http.Request) {
-	f.queries.Add(1)
-	if f.hanging.Load() {
-		f.hung.Add(1)
-		f.mu.Lock()
-		release := f.release
-		f.mu.Unlock()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
-}
-
-func (f *fakePrometheus) hang(on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !on && f.hanging.Load() {
-		close(f.release)
-		f.release = make(chan struct{})
-	}
-	f.hanging.Store(on)
-}
-
-func (f *fakePrometheus) close() {
-	f.hang(false)
-	_ = f.srv.Close()
 }
 
 // Percentile is the q-quantile (0..1) of ds, nearest rank.

@@ -22,6 +22,7 @@ limitations under the License.
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -85,6 +86,21 @@ type Options struct {
 	// LeaderElect runs the operator with leader election and the replicas'
 	// proxy reports, as the chart runs several replicas (StartReplica).
 	LeaderElect bool
+	// Fleet, when set, is the stack of the scale run (RunScale): instead of
+	// the demo's workload replicas, their Service and a real Prometheus, many
+	// Services whose endpoints nothing serves, and a fake Prometheus with
+	// no data, which can hang (Stack.FakePrometheus).
+	Fleet *Fleet
+	// EnvoyConcurrency is Envoy's worker threads; 0 means 2.
+	EnvoyConcurrency int
+	// PprofAddress, when set, is where the operator serves pprof profiles.
+	PprofAddress string
+}
+
+// Fleet is the scale run's targets: Services Services with an EndpointSlice
+// each, spread over Namespaces namespaces.
+type Fleet struct {
+	Services, Namespaces int
 }
 
 // Stack is a running local stack.
@@ -98,6 +114,8 @@ type Stack struct {
 	Client                                    client.Client
 	procs                                     []*harness.Process
 	bins                                      map[string]string
+	// FakePrometheus is the Prometheus of a Fleet stack; nil otherwise.
+	FakePrometheus *harness.FakePrometheus
 }
 
 // ToolEnv names the environment variables that carry the pinned tools' paths; the
@@ -113,8 +131,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}()
 	for _, v := range ToolEnv {
-		if os.Getenv(v) == "" {
-			return nil, fmt.Errorf("%s is not set: run through `make demo` or `make test-e2e`, which install the pinned tools", v)
+		if os.Getenv(v) == "" && (v != "PROMETHEUS_BIN" || opts.Fleet == nil) {
+			return nil, fmt.Errorf("%s is not set: run through make (`make demo`, `make test`, `make bench-scale`), which installs the pinned tools", v)
 		}
 	}
 	p := opts.Ports
@@ -141,6 +159,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.env = env
+	// A fleet's thousand objects are created in parallel.
+	cfg.QPS, cfg.Burst = 2000, 4000
 	if s.Client, err = client.New(cfg, client.Options{Scheme: envtestutil.Scheme()}); err != nil {
 		return nil, err
 	}
@@ -149,14 +169,21 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	if err := s.startWorkloads(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.createService(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.startPrometheus(ctx); err != nil {
-		return nil, err
+	if opts.Fleet != nil {
+		if err := s.createFleet(ctx); err != nil {
+			return nil, err
+		}
+		s.FakePrometheus = harness.NewFakePrometheus(nil)
+	} else {
+		if err := s.startWorkloads(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.createService(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.startPrometheus(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.startOperator(ctx, kubeconfig); err != nil {
 		return nil, err
@@ -180,8 +207,12 @@ func (s *Stack) dir(parts ...string) string {
 }
 
 func (s *Stack) buildBinaries(ctx context.Context) error {
-	s.logf("building the operator and the workload")
-	for name, pkg := range map[string]string{"tailcut": ".", "workload": "./test/workload"} {
+	pkgs := map[string]string{"tailcut": "."}
+	if s.opts.Fleet == nil {
+		pkgs["workload"] = "./test/workload"
+	}
+	s.logf("building %d programs", len(pkgs))
+	for name, pkg := range pkgs {
 		out := s.dir("bin", name)
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 		cmd.Dir = envtestutil.RepoRoot()
@@ -308,13 +339,17 @@ func (s *Stack) startOperator(ctx context.Context, kubeconfig string) error {
 	if err := os.WriteFile(s.dir("hosts"), []byte(hosts), 0o644); err != nil {
 		return err
 	}
+	promURL := "http://" + addr(p.Prometheus)
+	if s.FakePrometheus != nil {
+		promURL = s.FakePrometheus.URL
+	}
 	s.operatorEnv = []string{"KUBECONFIG=" + kubeconfig}
 	s.operatorArgs = []string{"--hosts-file=" + s.dir("hosts"),
 		// The local Prometheus scrapes plain HTTP on loopback.
 		"--metrics-bind-address=" + addr(p.Metrics), "--metrics-secure=false", "--health-probe-bind-address=" + addr(p.Probe),
-		"--xds-address=" + addr(p.XDS), "--prometheus-url=http://" + addr(p.Prometheus),
+		"--xds-address=" + addr(p.XDS), "--prometheus-url=" + promURL,
 		"--envoy-listener-address=127.0.0.1", "--envoy-listener-port=" + strconv.Itoa(p.Listener),
-		"--envoy-hedge-account-module=" + s.bins["hedge-account"]}
+		"--envoy-hedge-account-module=" + s.bins["hedge-account"], "--pprof-bind-address=" + s.opts.PprofAddress}
 	if s.opts.LeaderElect {
 		s.operatorArgs = append(s.operatorArgs, "--leader-elect", "--leader-election-namespace="+Namespace,
 			"--replica-name=tailcut", "--replica-namespace="+Namespace)
@@ -328,7 +363,9 @@ func (s *Stack) runOperator(ctx context.Context, name string) error {
 		return err
 	}
 	s.procs = append(s.procs, proc)
-	return waitHTTP(ctx, proc, "http://"+addr(s.opts.Ports.Probe)+"/readyz", 60*time.Second)
+	// With a fleet of a thousand policies, the first full translation comes
+	// before readiness.
+	return waitHTTP(ctx, proc, "http://"+addr(s.opts.Ports.Probe)+"/readyz", 2*time.Minute)
 }
 
 func (s *Stack) startEnvoy(ctx context.Context) error {
@@ -349,7 +386,8 @@ func (s *Stack) runEnvoy(ctx context.Context, name string, xdsPort, listenerPort
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return err
 	}
-	proc, err := harness.StartProcess(name, s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", "2",
+	concurrency := cmp.Or(s.opts.EnvoyConcurrency, 2)
+	proc, err := harness.StartProcess(name, s.dir("logs"), nil, s.bins["envoy"], "-c", path, "--concurrency", strconv.Itoa(concurrency),
 		"--base-id", strconv.Itoa(adminPort), "--log-level", "warn")
 	if err != nil {
 		return err
@@ -364,6 +402,10 @@ func (s *Stack) Stop() {
 		s.procs[i].Stop(10 * time.Second)
 	}
 	s.procs = nil
+	if s.FakePrometheus != nil {
+		s.FakePrometheus.Close()
+		s.FakePrometheus = nil
+	}
 	if s.env != nil {
 		if err := s.env.Stop(); err != nil {
 			s.logf("stopping the API server: %v", err)

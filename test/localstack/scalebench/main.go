@@ -107,10 +107,10 @@ func markdown(r *localstack.ScaleResult, missed []string, took time.Duration) st
 	fmt.Fprintf(&b, "## Scale (issue #12)\n\nWritten by `make bench-scale` on %s (took %s).\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
 	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"))
 	b.WriteString("- parts: the operator binary (one replica, leader), etcd and kube-apiserver from the tools cache, one real Envoy on the operator's xDS. " +
-		"Prometheus is a stub that answers every query with no data and counts them; for the endpoint changes it accepts connections and never answers. " +
-		"Each policy is Auto with the default window and interval, and its Service has one EndpointSlice with two endpoints.\n")
-	b.WriteString("- delay change: a policy switched between two Static delays; measured from the update to Envoy's `rds.*.update_success` for its route. " +
-		"Endpoint change: one endpoint of a slice replaced; measured to Envoy's cluster membership. Bytes: `tailcut_xds_pushed_bytes_total{type=\"rds\"}`.\n\n")
+		"Prometheus is a stub (the test harness's fake) that answers every query with no data and counts them; for the endpoint changes it receives the queries and never answers them. " +
+		"Half the policies are Static (20 ms), half Auto with the default window and interval; each Service has one EndpointSlice with two endpoints.\n")
+	b.WriteString("- delay change: a Static policy given a new delay; measured from the update to Envoy's `rds.*.update_success` for its route. " +
+		"Endpoint change: an endpoint added to a slice; measured to Envoy's cluster membership. Bytes: `tailcut_xds_pushed_bytes_total{type=\"rds\"}`.\n\n")
 	b.WriteString("| measure | value |\n|---|---|\n")
 	for _, row := range r.Rows() {
 		fmt.Fprintf(&b, "| %s | %s |\n", row[0], row[1])
