@@ -342,7 +342,7 @@ func stabilize(st *tailcutv1alpha1.HedgePolicyStatus, auto *tailcutv1alpha1.Auto
 	}
 	if delay != cur && st.LastDelayChange != nil {
 		since := now.Sub(st.LastDelayChange.Time)
-		if since >= 0 && since < interval {
+		if since >= 0 && since < interval-dueSlack(interval) {
 			notes = append(notes, fmt.Sprintf("change to %s waits: last change %s ago, evaluationInterval %s", delay, since.Round(time.Second), interval))
 			delay = c
 		}

@@ -216,7 +216,7 @@ func readSpan(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDel
 		age := now.Sub(st.LastDelayChange.Time)
 		interval := policy.Spec.EffectiveEvaluationInterval()
 		switch {
-		case age < interval:
+		case age < interval-dueSlack(interval):
 			sp.hold = fmt.Sprintf("the delay changed %s ago; the next reading waits until it has been in force for evaluationInterval %s",
 				max(age, 0).Round(time.Second), interval)
 		case age-changeSettle < sp.rng:

@@ -345,7 +345,9 @@ func TestHoldAfterAChange(t *testing.T) {
 		policy []func(*tailcutv1alpha1.HedgePolicy)
 		want   time.Duration
 	}{
-		{"too soon", []func(*tailcutv1alpha1.HedgePolicy){prior(100*ms, tailcutv1alpha1.DelaySourcePrometheus, 29*time.Second, 29*time.Second)}, 100 * ms},
+		// 27s of a 30s interval: more than the sampler's slack (2.5s, a
+		// quarter of its 10s tick) short of it.
+		{"too soon", []func(*tailcutv1alpha1.HedgePolicy){prior(100*ms, tailcutv1alpha1.DelaySourcePrometheus, 27*time.Second, 27*time.Second)}, 100 * ms},
 		{"clamped to a new max", []func(*tailcutv1alpha1.HedgePolicy){auto(func(a *tailcutv1alpha1.AutoDelay) { a.Max = dur(60 * ms) }),
 			prior(100*ms, tailcutv1alpha1.DelaySourcePrometheus, time.Second, time.Second)}, 60 * ms},
 	} {
@@ -361,6 +363,24 @@ func TestHoldAfterAChange(t *testing.T) {
 				t.Errorf("queries sent during the hold: %q", q)
 			}
 		})
+	}
+}
+
+// TestAnIntervalLessTheSlackReads: the sampler makes a policy due a quarter
+// tick before its interval ends (timer jitter), and the decision that changed
+// the delay ran a little after its own tick; an evaluation an interval after
+// that tick, a few milliseconds short of an interval after the decision,
+// reads, and moves the delay. Held, it waited a tick more: in the local e2e
+// the delay reached a shifted fast mode 13.05 s after the shift, against 2
+// intervals and a scrape.
+func TestAnIntervalLessTheSlackReads(t *testing.T) {
+	f := newFakeProm(t)
+	f.world(5000, bimodal(15, 0.03))
+	policy := ownPolicy(prior(100*ms, tailcutv1alpha1.DelaySourcePrometheus, 29900*time.Millisecond, 29900*time.Millisecond),
+		derivedCondition(tailcutv1alpha1.ReasonDerived))
+	res := estimate(t, f, policy)
+	if res.Delay >= 100*ms || len(f.queries()) == 0 {
+		t.Errorf("got %s after %d queries (%s), want a reading and the delay moving down from 100ms", res.Delay, len(f.queries()), res.Reason)
 	}
 }
 

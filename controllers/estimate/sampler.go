@@ -152,6 +152,19 @@ func (s *Sampler) Start(ctx context.Context) error {
 	}
 }
 
+// dueSlack is how much of an evaluation interval may be missing when the
+// sampler makes a policy due (a quarter of its tick, for timer jitter), and
+// so how much younger than an interval a delay change may be and still count
+// as an interval old. The decision that made the change ran a little after
+// the tick that made it due (its reconcile: milliseconds, or more behind a
+// queue), and the next due tick comes an interval after that tick: without
+// the slack, the next evaluation found the change younger than an interval
+// and waited a tick more (the local e2e's delay then reached the shifted
+// fast mode 13.05 s after the shift, against 2 intervals and a scrape, 13 s).
+// Status keeps times in whole seconds, which hid this until the estimator
+// kept its own, exact, time of the change.
+func dueSlack(interval time.Duration) time.Duration { return tickFor(interval) / 4 }
+
 // tickFor is the tick for the shortest evaluation interval: it divides the
 // interval, so that evaluations (after ticks) come once per interval.
 func tickFor(shortest time.Duration) time.Duration {
