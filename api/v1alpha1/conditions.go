@@ -123,4 +123,10 @@ const (
 	// ReasonHedgingHurts: the unhedged latency rose while hedges were being sent
 	// (shared slowness such as saturation), so hedging is paused for a while.
 	ReasonHedgingHurts = "HedgingHurts"
+	// ReasonTailOutOfReach: far more requests than the budget are slow (a slow
+	// mode, as one slow replica of three makes), and a hedge sent at the delay
+	// the budget allows would answer after nearly all of them: no delay within
+	// the budget cuts this tail, so hedging is off. The message gives the slow
+	// share and the budget hedging it would take.
+	ReasonTailOutOfReach = "TailOutOfReach"
 )

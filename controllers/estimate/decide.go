@@ -190,6 +190,13 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		if nd := checkQuantile(d, auto.Max.Duration); nd != nil {
 			return attach(withoutData(policy, auto, nd, now))
 		}
+		if why, ok := outOfReach(r, d, tau, budget); ok && d <= sp.censorAt*(1+1e-9) {
+			observe(d, false)
+			res := attach(Result{Source: tailcutv1alpha1.DelaySourceNone, Derived: false, DerivedReason: tailcutv1alpha1.ReasonTailOutOfReach,
+				Reason: fmt.Sprintf("hedging off (%s): %s; %s", tailcutv1alpha1.ReasonTailOutOfReach, why, hedgeNote)})
+			res.Quantile = quantile
+			return res
+		}
 		if d <= sp.censorAt*(1+1e-9) {
 			target = d * (1 + delayMargin)
 			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s), +%.0f%% margin",

@@ -54,6 +54,10 @@ func mustCDF(t *testing.T, cum map[float64]float64) *cdf {
 func TestDecideOverReadings(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	bimodal := func(t *testing.T) *cdf { return mustCDF(t, map[float64]float64{14: 0, 16: 1920, 110: 1920, 120: 2000}) }
+	oneSlowReplica := func(t *testing.T) readings {
+		c := mustCDF(t, map[float64]float64{14: 0, 16: 2000, 110: 2000, 120: 3000})
+		return readings{cdf: c, edge: envoyEdge, samples: 3000, hedge: &hedgeReading{requests: 3000}}
+	}
 	inForce := func(d time.Duration) func(*tailcutv1alpha1.HedgePolicy) {
 		return func(p *tailcutv1alpha1.HedgePolicy) {
 			p.Status.EffectiveDelay = dur(d)
@@ -74,6 +78,7 @@ func TestDecideOverReadings(t *testing.T) {
 		inForce  time.Duration
 		readings func(t *testing.T) readings
 		check    func(t *testing.T, res Result)
+		policy   func(*tailcutv1alpha1.HedgePolicy)
 	}{
 		{"first delay, hedging off: in the fast mode", 0, func(t *testing.T) readings {
 			return readings{cdf: bimodal(t), edge: envoyEdge, samples: 2000, hedge: &hedgeReading{requests: 2000}}
@@ -81,7 +86,7 @@ func TestDecideOverReadings(t *testing.T) {
 			if !res.Derived || res.Source != tailcutv1alpha1.DelaySourcePrometheus || res.Delay != 18700*time.Microsecond {
 				t.Errorf("delay %s from %s (derived %v), want 18.7ms from Prometheus", res.Delay, res.Source, res.Derived)
 			}
-		}},
+		}, nil},
 		{"over budget: raised", 18700 * time.Microsecond, func(t *testing.T) readings {
 			// 9% hedged at 18.7 ms: the budget is 5%.
 			return readings{cdf: bimodal(t), edge: envoyEdge, samples: 2000, hedge: &hedgeReading{requests: 2000, retries: 180}}
@@ -89,21 +94,21 @@ func TestDecideOverReadings(t *testing.T) {
 			if res.Delay <= 18700*time.Microsecond || !strings.Contains(res.Reason, "over budget: raising from 18.7ms") {
 				t.Errorf("delay %s (%s), want above 18.7ms, raised for the budget", res.Delay, res.Reason)
 			}
-		}},
+		}, nil},
 		{"no data: the fallback", 18700 * time.Microsecond, func(t *testing.T) readings {
 			return readings{fail: newNoData(tailcutv1alpha1.ReasonQueryTimeout, "histogram query got no answer within 5s")}
 		}, func(t *testing.T, res Result) {
 			if res.Derived || res.DerivedReason != tailcutv1alpha1.ReasonQueryTimeout {
 				t.Errorf("derived %v (%s), want not derived, QueryTimeout", res.Derived, res.DerivedReason)
 			}
-		}},
+		}, nil},
 		{"too few samples before any derivation", 0, func(t *testing.T) readings {
 			return readings{thin: "60 requests, fewer than minSamples 100", samples: 60}
 		}, func(t *testing.T, res Result) {
 			if res.Derived || res.DerivedReason != tailcutv1alpha1.ReasonTooFewSamples || res.Source == tailcutv1alpha1.DelaySourcePrometheus {
 				t.Errorf("derived %v (%s) from %s, want not derived, TooFewSamples, not from Prometheus", res.Derived, res.DerivedReason, res.Source)
 			}
-		}},
+		}, nil},
 		{"queueing while hedging: paused", 20 * time.Millisecond, func(t *testing.T) readings {
 			// A window ago: 2,000 requests spread over (10, 20] ms (median
 			// 15, p10 11). Now: 10% still by 12 ms (p10 12, under 1.2 x 11),
@@ -117,11 +122,44 @@ func TestDecideOverReadings(t *testing.T) {
 			if res.Delay != 0 || res.DerivedReason != tailcutv1alpha1.ReasonHedgingHurts {
 				t.Errorf("delay %s (%s: %s), want hedging paused for HedgingHurts", res.Delay, res.DerivedReason, res.Reason)
 			}
+		}, nil},
+		// One replica of three 100 ms slower (issue #26's badhost): of 3,000
+		// requests 2,000 are faster than 17 ms (le=16) and 1,000 in le=120
+		// (faster than 130 ms). The median is 15.5 ms (rank 1,500 of the
+		// 2,000 in (14, 16]); a third of the requests take twice that or
+		// more. Within a 5% budget the delay is 130 ms, the first edge
+		// with at most 6.07% past it (5.25% + two standard errors), and a
+		// hedge answers after 130 + 14 ms, when every request has.
+		{"one slow replica of three: out of reach", 0, oneSlowReplica, func(t *testing.T, res Result) {
+			if res.Delay != 0 || res.Source != tailcutv1alpha1.DelaySourceNone || res.Derived || res.DerivedReason != tailcutv1alpha1.ReasonTailOutOfReach {
+				t.Errorf("delay %s from %s (derived %v, %s), want hedging off, not derived, TailOutOfReach", res.Delay, res.Source, res.Derived, res.DerivedReason)
+			}
+			for _, want := range []string{"33.3% of 3000 requests took 31ms or longer (2x the median 15.5ms)", "after 130ms", "after 144ms",
+				"all but 0.00% of requests", "maxExtraLoadPercent 49 or more, with auto.quantile at most 0.51"} {
+				if !strings.Contains(res.Reason, want) {
+					t.Errorf("reason %q does not say %q", res.Reason, want)
+				}
+			}
+		}, nil},
+		// The same with the budget the reason asks for: 49% (a third, x
+		// 1.45, rounded up), and the quantile that lets it bind (0.51, the
+		// lowest the API takes). 49% may run past the delay, the slow third
+		// does, and the delay goes to the fast mode's edge, 17 ms + 10%.
+		{"one slow replica, the budget the reason asks for: hedged", 0, oneSlowReplica, func(t *testing.T, res Result) {
+			if !res.Derived || res.Delay != 18700*time.Microsecond {
+				t.Errorf("delay %s (derived %v, %s: %s), want 18.7ms", res.Delay, res.Derived, res.DerivedReason, res.Reason)
+			}
+		}, func(p *tailcutv1alpha1.HedgePolicy) {
+			p.Spec.Budget.MaxExtraLoadPercent = 49
+			p.Spec.Delay.Auto.Quantile = 0.51
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy(func(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Delay.Auto.Window = dur(2 * time.Minute) })
+			if tc.policy != nil {
+				tc.policy(p)
+			}
 			if tc.inForce > 0 {
 				inForce(tc.inForce)(p)
 			}

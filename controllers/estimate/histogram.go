@@ -200,3 +200,17 @@ func (c *cdf) beyond(seconds float64, edge bucketEdge) float64 {
 	}
 	return 0
 }
+
+// notProvenFaster is the share of requests the histogram does not prove
+// faster than seconds: beyond counted high, every bucket that may hold a
+// request that slow.
+func (c *cdf) notProvenFaster(seconds float64, edge bucketEdge) float64 {
+	faster := 0.0
+	for i, b := range c.bounds {
+		if math.IsInf(b, 1) || edge(b) > seconds*(1+1e-9) {
+			break
+		}
+		faster = c.cum[i]
+	}
+	return 1 - faster/c.total()
+}

@@ -18,6 +18,7 @@ package status
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,22 @@ func TestCompute(t *testing.T) {
 			}
 			if st.Proxies == nil || *st.Proxies != (tailcutv1alpha1.ProxyCounts{Connected: 2, Programmed: 2, Version: "v1"}) || st.ObservedGeneration != 3 {
 				t.Errorf("proxies %+v, observed generation %d; want 2 of 2 at v1, generation 3", st.Proxies, st.ObservedGeneration)
+			}
+		}},
+		{"a tail out of reach: hedging off, Ready, said in DelayDerived and Hedging", policyOn(), Outcome{Estimate: estimate.Result{
+			Source: tailcutv1alpha1.DelaySourceNone, DerivedReason: tailcutv1alpha1.ReasonTailOutOfReach,
+			Reason: "hedging off (TailOutOfReach): 33.3% of 3000 requests took 31ms or longer"}, Program: &allProgrammed}, map[string]cond{
+			tailcutv1alpha1.ConditionDelayDerived: {metav1.ConditionFalse, tailcutv1alpha1.ReasonTailOutOfReach, "33.3% of 3000 requests"},
+			tailcutv1alpha1.ConditionReady:        {metav1.ConditionTrue, tailcutv1alpha1.ReasonReady, "accepted and programmed"},
+			tailcutv1alpha1.ConditionHedging:      {metav1.ConditionFalse, tailcutv1alpha1.ReasonTailOutOfReach, "hedging is off: hedging off (TailOutOfReach)"},
+		}, func(t *testing.T, st tailcutv1alpha1.HedgePolicyStatus) {
+			if st.EffectiveDelay != nil || st.DelaySource != tailcutv1alpha1.DelaySourceNone {
+				t.Errorf("delay %v from %q, want hedging off", st.EffectiveDelay, st.DelaySource)
+			}
+			if tr := Transitions(nil, st.Conditions); !slices.ContainsFunc(tr, func(c Transition) bool {
+				return c.Type == tailcutv1alpha1.ConditionDelayDerived && c.Reason == tailcutv1alpha1.ReasonTailOutOfReach
+			}) {
+				t.Errorf("no event for DelayDerived=False TailOutOfReach among %+v", tr)
 			}
 		}},
 		{"target Service gone", policyOn(func(p *tailcutv1alpha1.HedgePolicy) {

@@ -480,17 +480,6 @@ func TestChaosPrometheusDown(t *testing.T) {
 	}
 }
 
-// waitFor waits for cond, giving up at once when ctx ends.
-func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	harness.Eventually(t, timeout, what, func() (bool, string) {
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		return cond()
-	})
-}
-
 // TestChaosBrownout is #14's scenario 6: every replica turns slow (x10), then
 // fails every request (503), for two minutes each, then recovers. Hedging must
 // not pile on: over every 30 s window the requests the workload receives stay

@@ -35,6 +35,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/verify"
 	"github.com/tailcut/tailcut/test/dashboards"
 	"github.com/tailcut/tailcut/test/envtestutil"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 // freePorts reserves loopback ports through test/harness, so the e2e runs beside a demo
@@ -46,6 +47,17 @@ func freePorts(t *testing.T) Ports {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// waitFor waits for cond, giving up at once when ctx ends.
+func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	harness.Eventually(t, timeout, what, func() (bool, string) {
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		return cond()
+	})
 }
 
 func startStack(t *testing.T, scenario string) (*Stack, context.Context) {
