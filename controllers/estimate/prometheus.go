@@ -181,8 +181,14 @@ func sampledByCluster(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1
 }
 
 // changeSettle is left out at the start of a span that begins at a delay
-// change: the push reaches Envoy a little after the status records the change.
-const changeSettle = time.Second
+// change: the push reaches Envoy a little after the decision (milliseconds:
+// the publish follows it in the same reconcile). The estimator knows the
+// change to the millisecond; a whole second here, with the span cut to whole
+// seconds, started spans up to 2 s after the change, and the first reading
+// after it often found one scrape in the span, not two, and waited a tick:
+// the local e2e's delay reached a shifted fast mode 13.04 s after the shift
+// (limit 13 s). Status, in whole seconds, had started them about 1 s in.
+const changeSettle = 500 * time.Millisecond
 
 // span is the stretch of time one evaluation reads: (since, now].
 type span struct {
