@@ -128,6 +128,27 @@ func (s *HedgePolicySpec) EffectivePublishTarget() PublishTarget {
 	return s.Publish.Target
 }
 
+// EffectiveAffinity returns spec.affinity with its load balancer and the
+// load balancer's size defaulted, or nil when the policy sets none.
+func (s *HedgePolicySpec) EffectiveAffinity() *Affinity {
+	if s.Affinity == nil {
+		return nil
+	}
+	a := s.Affinity.DeepCopy()
+	if a.LoadBalancer == "" {
+		a.LoadBalancer = LoadBalancerRingHash
+	}
+	if a.LoadBalancer == LoadBalancerMaglev && a.TableSize == nil {
+		a.TableSize = ptrTo(int32(DefaultTableSize))
+	}
+	if a.LoadBalancer == LoadBalancerRingHash && a.RingSize == nil {
+		a.RingSize = ptrTo(int32(DefaultRingSize))
+	}
+	return a
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
 func durationOr(d *metav1.Duration, def string) *metav1.Duration {
 	if d != nil && d.Duration > 0 {
 		return d

@@ -103,11 +103,105 @@ type HedgePolicySpec struct {
 	// +kubebuilder:default={target:"XDS"}
 	Publish Publish `json:"publish"`
 
+	// Affinity keeps each key on the replica that owns it, for services whose
+	// replicas cache by key: requests are spread by a hash of the key
+	// (Envoy's ring hash or Maglev load balancer) instead of round robin, and a
+	// hedge goes to the key's next owner, the same replica for every request
+	// of the key, whose cache is warm for it. Without it a hedge goes to any
+	// other replica.
+	// +optional
+	Affinity *Affinity `json:"affinity,omitempty"`
+
 	// Suspend turns hedging off and keeps the route: requests still reach the
 	// Service through tailcut's proxy, unhedged, and nothing is read from
 	// Prometheus. Deleting the policy instead would take the route away.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Default sizes of the consistent-hash tables: Envoy's own.
+const (
+	DefaultRingSize  = 1024
+	DefaultTableSize = 65537
+)
+
+// AffinityLoadBalancer names the consistent-hash load balancer.
+// +kubebuilder:validation:Enum=RingHash;Maglev
+type AffinityLoadBalancer string
+
+const (
+	// LoadBalancerRingHash places each replica ringSize/replicas times on a
+	// ring; a key belongs to the first entry clockwise of its hash, and its
+	// hedge to the next entry of another replica (its successor on the ring).
+	// Adding or removing a replica moves about 1/replicas of the keys.
+	LoadBalancerRingHash AffinityLoadBalancer = "RingHash"
+	// LoadBalancerMaglev fills a table of tableSize slots from each replica's
+	// preference list: a steadier spread than the ring and a constant-time
+	// lookup, but a hedge goes to a fixed alternate slot of the key rather
+	// than its ring successor, and more keys move when replicas change.
+	LoadBalancerMaglev AffinityLoadBalancer = "Maglev"
+)
+
+// Affinity spreads requests by a hash of a key taken from each request.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.loadBalancer) && self.loadBalancer == 'Maglev') || !has(self.tableSize)",message="tableSize is for loadBalancer Maglev; RingHash takes ringSize",fieldPath=".tableSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.loadBalancer) || self.loadBalancer == 'RingHash' || !has(self.ringSize)",message="ringSize is for loadBalancer RingHash; Maglev takes tableSize",fieldPath=".ringSize"
+type Affinity struct {
+	// HashOn is where the key comes from.
+	// +required
+	HashOn HashOn `json:"hashOn"`
+
+	// LoadBalancer is RingHash (the default) or Maglev, on both the hedged and
+	// the bypass cluster, so that an A/B compares like with like.
+	// +optional
+	// +kubebuilder:default=RingHash
+	LoadBalancer AffinityLoadBalancer `json:"loadBalancer,omitempty"`
+
+	// RingSize is the fewest entries on the ring (Envoy's minimum_ring_size):
+	// more entries spread the keys more evenly, at 16 bytes each per proxy.
+	// Default 1024.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self >= 64 && self <= 8388608",message="ringSize must be between 64 and 8388608 entries"
+	RingSize *int32 `json:"ringSize,omitempty"`
+
+	// TableSize is the number of slots in the Maglev table, a prime: at least
+	// 100 times the replicas keeps the spread within 1%. Default 65537.
+	// +optional
+	// +kubebuilder:validation:Enum=251;509;1021;2039;4093;8191;16381;32749;65537;131071;262139;524287;1048573;2097143;4194301
+	TableSize *int32 `json:"tableSize,omitempty"`
+}
+
+// HashOn names the part of the request whose value is the key: exactly one of
+// header, cookie, queryParameter and path. A request without it (no such
+// header, cookie or parameter) goes to a replica at random, and its hedge to
+// another.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.header), has(self.cookie), has(self.queryParameter), has(self.path) && self.path].exists_one(x, x)",message="set exactly one of header, cookie, queryParameter and path: true"
+type HashOn struct {
+	// Header is the name of a request header, for example x-cache-key.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Header string `json:"header,omitempty"`
+
+	// Cookie is the name of a cookie the client sends. tailcut never sets it.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Cookie string `json:"cookie,omitempty"`
+
+	// QueryParameter is the name of a query parameter, for example key.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[^&=#\s]+$`
+	QueryParameter string `json:"queryParameter,omitempty"`
+
+	// Path hashes the request path, without its query string.
+	// +optional
+	Path bool `json:"path,omitempty"`
 }
 
 // TargetRef names a port of a Service in the policy's namespace.

@@ -79,7 +79,7 @@ func translatePlan(p plan.RoutePlan, mutate func(*routev3.VirtualHost)) (*fragme
 		mutate(f.vhost)
 	}
 	for _, name := range []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)} {
-		f.clusters = append(f.clusters, cluster(name, p.Budget))
+		f.clusters = append(f.clusters, cluster(name, p))
 		f.endpoints = append(f.endpoints, loadAssignment(name, p.Endpoints))
 	}
 	byType := map[string][]validator{resourcev3.RouteType: {f.vhost}}

@@ -202,9 +202,13 @@ func assemble(sh *shared, frags []*fragment) (*Resources, error) {
 // methods and paths) goes to the bypass cluster.
 func virtualHost(p plan.RoutePlan) *routev3.VirtualHost {
 	bypass := unhedged(plan.BypassClusterName(p.Namespace, p.Service, p.Port))
+	hedgedAction := hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p)
+	if p.Affinity != nil {
+		bypass.HashPolicy = AffinityHashPolicy(p.Affinity)
+		hedgedAction.HashPolicy = AffinityHashPolicy(p.Affinity)
+	}
 	prefix := p.Match.PathPrefix
-	hedgedRoute := route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)},
-		hedged(plan.ClusterName(p.Namespace, p.Service, p.Port), p.Hedge))
+	hedgedRoute := route(p.Name+"/hedged", prefix, []*routev3.HeaderMatcher{methodHeader(p.Match.Methods)}, hedgedAction)
 	if p.Hedge != nil {
 		hedgedRoute.Metadata = HedgeAccount(p, int(p.Hedge.MaxHedges))
 	}
@@ -267,14 +271,14 @@ func unhedged(cluster string) *routev3.RouteAction {
 	}
 }
 
-func hedged(cluster string, h *plan.Hedge) *routev3.RouteAction {
-	if h == nil {
+func hedged(cluster string, p plan.RoutePlan) *routev3.RouteAction {
+	if p.Hedge == nil {
 		return unhedged(cluster)
 	}
 	return &routev3.RouteAction{
 		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
-		Timeout:          durationpb.New(h.RouteTimeout()),
-		RetryPolicy:      HedgeRetryPolicy(h),
+		Timeout:          durationpb.New(p.Hedge.RouteTimeout()),
+		RetryPolicy:      HedgeRetryPolicy(p),
 		HedgePolicy:      &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
 	}
 }
@@ -282,7 +286,9 @@ func hedged(cluster string, h *plan.Hedge) *routev3.RouteAction {
 // HedgeRetryPolicy is the retry policy Envoy hedges through, for every
 // publisher: the per-try timeout is the delay, and with the route's
 // hedge_on_per_try_timeout it starts a hedge instead of ending the attempt.
-func HedgeRetryPolicy(h *plan.Hedge) *routev3.RetryPolicy {
+// The plan must hedge.
+func HedgeRetryPolicy(p plan.RoutePlan) *routev3.RetryPolicy {
+	h := p.Hedge
 	return &routev3.RetryPolicy{
 		RetryOn:       strings.Join(h.RetryOn, ","),
 		NumRetries:    wrapperspb.UInt32(uint32(h.MaxHedges)),
@@ -297,12 +303,12 @@ func HedgeRetryPolicy(h *plan.Hedge) *routev3.RetryPolicy {
 				TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{}),
 			},
 		}},
-		HostSelectionRetryMaxAttempts: plan.HostSelectionRetryMaxAttempts,
+		HostSelectionRetryMaxAttempts: p.HostSelectionRetries(),
 	}
 }
 
-func cluster(name string, b plan.Budget) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
+func cluster(name string, p plan.RoutePlan) *clusterv3.Cluster {
+	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
@@ -312,11 +318,15 @@ func cluster(name string, b plan.Budget) *clusterv3.Cluster {
 		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 			Priority: corev3.RoutingPriority_DEFAULT,
 			RetryBudget: &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
-				BudgetPercent:       &typev3.Percent{Value: float64(b.Percent)},
-				MinRetryConcurrency: wrapperspb.UInt32(uint32(b.MinConcurrency)),
+				BudgetPercent:       &typev3.Percent{Value: float64(p.Budget.Percent)},
+				MinRetryConcurrency: wrapperspb.UInt32(uint32(p.Budget.MinConcurrency)),
 			},
 		}}},
 	}
+	if p.Affinity != nil {
+		proto.Merge(c, AffinityLoadBalancer(p.Affinity))
+	}
+	return c
 }
 
 func loadAssignment(name string, eps []plan.Endpoint) *endpointv3.ClusterLoadAssignment {

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
@@ -131,6 +132,8 @@ func TestGoldenFiltersPassServerSideDryRun(t *testing.T) {
 				m = &routev3.VirtualHost{}
 			case "HTTP_FILTER":
 				m = &hcmv3.HttpFilter{}
+			case "CLUSTER":
+				m = &clusterv3.Cluster{}
 			default:
 				t.Errorf("%s: patch %d applies to %q, which this test does not know", out, i, applyTo)
 				continue

@@ -72,7 +72,8 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 
 // EnvoyFilter renders a plan as the EnvoyFilter of its policy (namespace and
 // name from the plan, "ns/name"). Four patches on the Service's virtual host
-// (<svc>.<ns>.svc.cluster.local:<port>):
+// (<svc>.<ns>.svc.cluster.local:<port>), and a fifth on its cluster with an
+// affinity:
 //
 //   - MERGE on every routing route (action ROUTE): the hedged retry policy
 //     and the hedge policy, as the xDS translator sets them but keeping the
@@ -102,6 +103,10 @@ var ErrPathPrefix = errors.New("publish.target Istio hedges every path of the Se
 //   - MERGE on the virtual host: attempt counts on requests, so that backends
 //     can count hedges. Not on responses: the account reads the stream's
 //     attempt count from Envoy, and clients never see it.
+//   - with an affinity, MERGE on the Service's cluster
+//     (outbound|<port>||<host>): the consistent-hash load balancer
+//     (envoyconf.AffinityLoadBalancer), which replaces the one a
+//     DestinationRule sets; and on every route above, the key's hash policy.
 //
 // A plan without a hedge (hedging off) merges no retry policy: the routes keep
 // the mesh's (or a VirtualService's) retries. Turning hedging off is still a
@@ -129,8 +134,10 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		return map[string]any{"context": patchContext, "routeConfiguration": map[string]any{"vhost": vhost}}
 	}
 	merged := &routev3.Route{StatPrefix: plan.MeshHedgedStatPrefix}
+	if action := routeAction(p); action != nil {
+		merged.Action = &routev3.Route_Route{Route: action}
+	}
 	if p.Hedge != nil {
-		merged.Action = &routev3.Route_Route{Route: routeAction(p)}
 		merged.Metadata = envoyconf.HedgeAccount(p, meshRetries(p.Hedge))
 	}
 	hedgedRoute, err := asMap(merged)
@@ -173,6 +180,20 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 			},
 		}},
 	}}
+	if p.Affinity != nil {
+		lb, err := asMap(envoyconf.AffinityLoadBalancer(p.Affinity))
+		if err != nil {
+			return nil, err
+		}
+		spec := u.Object["spec"].(map[string]any)
+		spec["configPatches"] = append(spec["configPatches"].([]any), map[string]any{
+			"applyTo": "CLUSTER",
+			"match": map[string]any{"context": patchContext, "cluster": map[string]any{
+				"service": host, "portNumber": int64(p.Port),
+			}},
+			"patch": map[string]any{"operation": "MERGE", "value": lb},
+		})
+	}
 	u.SetGroupVersionKind(EnvoyFilterGVK)
 	u.SetNamespace(ns)
 	u.SetName(FilterName(name))
@@ -190,7 +211,9 @@ const (
 
 // routeAction is the part of the route the MERGE patch sets. No timeout: the
 // route keeps istiod's (none) or the VirtualService's. With hedging off it
-// sets nothing: the route keeps the mesh's retries.
+// sets no retries: the route keeps the mesh's. With an affinity it adds the
+// key's hash policy, after any a DestinationRule's consistentHash put there
+// (Envoy then hashes both).
 //
 // With hedging on, the route retries on the mesh's default conditions and
 // the policy's, up to max(MeshRetries, maxHedges) times: Envoy counts hedges
@@ -199,16 +222,23 @@ const (
 // hedged one at 1 + its hedges (the account's "retries" term). Where a
 // VirtualService sets retries, the patch replaces them (RetriesPreserved).
 func routeAction(p plan.RoutePlan) *routev3.RouteAction {
-	if p.Hedge == nil {
-		return nil
+	var action *routev3.RouteAction
+	if p.Hedge != nil {
+		retry := envoyconf.HedgeRetryPolicy(p)
+		retry.RetryOn = RetryOn(p.Hedge.RetryOn)
+		retry.NumRetries = wrapperspb.UInt32(uint32(meshRetries(p.Hedge)))
+		action = &routev3.RouteAction{
+			RetryPolicy: retry,
+			HedgePolicy: &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
+		}
 	}
-	retry := envoyconf.HedgeRetryPolicy(p.Hedge)
-	retry.RetryOn = RetryOn(p.Hedge.RetryOn)
-	retry.NumRetries = wrapperspb.UInt32(uint32(meshRetries(p.Hedge)))
-	return &routev3.RouteAction{
-		RetryPolicy: retry,
-		HedgePolicy: &routev3.HedgePolicy{HedgeOnPerTryTimeout: true},
+	if p.Affinity != nil {
+		if action == nil {
+			action = &routev3.RouteAction{}
+		}
+		action.HashPolicy = envoyconf.AffinityHashPolicy(p.Affinity)
 	}
+	return action
 }
 
 // RetryOn is the policy's retry conditions and the mesh's default ones.
@@ -293,11 +323,15 @@ func bypassRoute(p plan.RoutePlan, host string) *routev3.Route {
 // only what never reached the Service (connect-failure, refused-stream), and
 // no hedge.
 func unhedgedAction(p plan.RoutePlan, host string) *routev3.RouteAction {
-	return &routev3.RouteAction{
+	a := &routev3.RouteAction{
 		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", p.Port, host)},
 		Timeout:          durationpb.New(0),
 		RetryPolicy:      &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream", NumRetries: wrapperspb.UInt32(2)},
 	}
+	if p.Affinity != nil {
+		a.HashPolicy = envoyconf.AffinityHashPolicy(p.Affinity)
+	}
+	return a
 }
 
 // asMap renders an Envoy message as the JSON object an EnvoyFilter patch value

@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -44,6 +45,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -317,35 +319,45 @@ func filterNames(filters []*hcmv3.HttpFilter) []string {
 	return names
 }
 
-// listenerHTTPFilters asks istiod over ADS, as a sidecar of namespace demo
-// would, for its listeners, and returns the HTTP filters of the first HTTP
-// connection manager of the named one, with the names of all it got.
-func listenerHTTPFilters(grpcPort int, listener string) ([]*hcmv3.HttpFilter, []string, error) {
+// istiodResources asks istiod over ADS, as a sidecar of namespace demo would,
+// for its resources of one type.
+func istiodResources(grpcPort int, typeURL string) ([]*anypb.Any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer conn.Close()
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": "demo", "CLUSTER_ID": "Kubernetes", "ISTIO_VERSION": "1.31.0", "LABELS": map[string]any{"app": "lister"}})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	node := &corev3.Node{Id: "sidecar~127.0.0.11~lister.demo~demo.svc.cluster.local", Cluster: "lister.demo", Metadata: md}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
-		return nil, nil, err
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL}); err != nil {
+		return nil, err
 	}
 	resp, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResources(), nil
+}
+
+// listenerHTTPFilters returns the HTTP filters of the first HTTP connection
+// manager of the listener istiod gives a sidecar of namespace demo, with the
+// names of all the listeners it got.
+func listenerHTTPFilters(grpcPort int, listener string) ([]*hcmv3.HttpFilter, []string, error) {
+	resources, err := istiodResources(grpcPort, resourcev3.ListenerType)
 	if err != nil {
 		return nil, nil, err
 	}
 	var names []string
-	for _, r := range resp.GetResources() {
+	for _, r := range resources {
 		var l listenerv3.Listener
 		if err := r.UnmarshalTo(&l); err != nil {
 			return nil, names, err
@@ -364,6 +376,25 @@ func listenerHTTPFilters(grpcPort int, listener string) ([]*hcmv3.HttpFilter, []
 		}
 	}
 	return nil, names, nil
+}
+
+// istiodCluster is the cluster named name that istiod gives a sidecar of
+// namespace demo, or nil.
+func istiodCluster(grpcPort int, name string) (*clusterv3.Cluster, error) {
+	resources, err := istiodResources(grpcPort, resourcev3.ClusterType)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range resources {
+		var c clusterv3.Cluster
+		if err := r.UnmarshalTo(&c); err != nil {
+			return nil, err
+		}
+		if c.GetName() == name {
+			return &c, nil
+		}
+	}
+	return nil, nil
 }
 
 // TestIstiodMergesTheHedgeIntoEnvoy is #13's proof with real parts: a real
@@ -751,6 +782,66 @@ func TestIstiodMergesTheHedgeIntoEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 30*time.Second, "the new delay in Envoy's route", hedged("0.035s"))
+
+	// Affinity (#27): the filter merges the ring hash into the Service's
+	// cluster as istiod renders it (asked of istiod: this test's sidecar
+	// keeps a static cluster of the replicas), and the key's hash policy into
+	// the sidecar's routes. The routes still hedge: every first attempt at
+	// the slow replica is hedged to the fast one, none the other way. Where
+	// each key goes is TestHedgesGoToTheKeysNextOwner's (controllers/xds).
+	rp.Affinity = &plan.Affinity{HashOn: plan.HashOnHeader, Name: "x-cache-key", LoadBalancer: plan.LoadBalancerRingHash, RingSize: 1024}
+	if err := pub.Publish(ctx, ownerOf(policy), rp); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 30*time.Second, "the ring hash on istiod's "+cluster, func() (bool, string) {
+		c, err := istiodCluster(grpcPort, cluster)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case c == nil:
+			return false, "no cluster " + cluster
+		}
+		return c.GetLbPolicy() == clusterv3.Cluster_RING_HASH && c.GetRingHashLbConfig().GetMinimumRingSize().GetValue() == 1024, compact(c)
+	})
+	harness.Eventually(t, 30*time.Second, "the key's hash policy on every route", func() (bool, string) {
+		v, rs := routes()
+		hashed := 0
+		for _, r := range rs {
+			if strings.Contains(compact(r), `"hash_policy":[{"header":{"header_name":"x-cache-key"}}]`) {
+				hashed++
+			}
+		}
+		return len(rs) >= 3 && hashed == len(rs), fmt.Sprintf("version %s: %d of %d routes hash: %s", v, hashed, len(rs), compact(rs))
+	})
+	slow.reset()
+	fast.reset()
+	var slowest time.Duration
+	failed := 0
+	for k := range 40 {
+		for range 2 {
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/item", listenPort), nil)
+			req.Host = fmt.Sprintf("%s:%d", host, port)
+			req.Header.Set("x-cache-key", fmt.Sprintf("key-%d", k))
+			start := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			slowest = max(slowest, time.Since(start))
+			if resp.StatusCode != http.StatusOK {
+				failed++
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the slow replica's cancelled attempts end
+	sa, _ = slow.counts()
+	fa, _ = fast.counts()
+	t.Logf("80 GETs of 40 keys with affinity: slowest %s; slow replica attempts %v, fast replica attempts %v", slowest.Round(time.Millisecond), sa, fa)
+	if sa["GET/1"] == 0 || sa["GET/2"] != 0 || fa["GET/2"] != sa["GET/1"] || slowest >= 150*time.Millisecond || failed > 0 {
+		t.Errorf("with affinity: slow replica %v, fast replica %v, slowest GET %s, %d failed; want each first attempt at the slow replica hedged to the fast one, none the other way", sa, fa, slowest, failed)
+	}
 
 	if err := pub.Remove(ctx, client.ObjectKeyFromObject(policy)); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,9 @@ type RoutePlan struct {
 	// Endpoints are the ready backends of the Service port. Sorted, unique. May be
 	// empty: Envoy then answers 503 rather than the route disappearing.
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Affinity, when set, spreads requests by a hash of a key instead of
+	// round robin, and sends hedges to the key's next owners.
+	Affinity *Affinity `json:"affinity,omitempty"`
 }
 
 // DeepCopy returns a copy of the plan that shares nothing with it, for
@@ -97,6 +100,10 @@ func (p RoutePlan) DeepCopy() RoutePlan {
 		h := *p.Hedge
 		h.RetryOn = slices.Clone(p.Hedge.RetryOn)
 		c.Hedge = &h
+	}
+	if p.Affinity != nil {
+		a := *p.Affinity
+		c.Affinity = &a
 	}
 	return c
 }
@@ -162,6 +169,7 @@ type Input struct {
 	BudgetPercent  int32
 	MinConcurrency int32
 	Endpoints      []Endpoint
+	Affinity       *Affinity
 }
 
 // Build turns an Input into a validated RoutePlan.
@@ -175,6 +183,10 @@ func Build(in Input) (RoutePlan, error) {
 		Match:     Match{PathPrefix: in.PathPrefix, Methods: sortedUpper(in.Methods)},
 		Budget:    Budget{Percent: in.BudgetPercent, MinConcurrency: in.MinConcurrency},
 		Endpoints: sortedEndpoints(in.Endpoints),
+	}
+	if in.Affinity != nil {
+		a := *in.Affinity
+		p.Affinity = &a
 	}
 	if in.Delay > 0 {
 		retryOn := slices.Clone(in.RetryOn)
@@ -265,6 +277,9 @@ func (p RoutePlan) Validate() error {
 	}
 	if p.Budget.MinConcurrency < 1 {
 		errs = append(errs, ErrMinConcurrency)
+	}
+	if p.Affinity != nil {
+		errs = append(errs, p.Affinity.validate()...)
 	}
 	for i, e := range p.Endpoints {
 		if _, err := netip.ParseAddr(e.Address); err != nil || e.Port < 1 || e.Port > 65535 {

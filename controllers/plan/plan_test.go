@@ -180,6 +180,28 @@ func TestValidateRefusesWhatEnvoyWould(t *testing.T) {
 		{"prefix with a space", func(p *RoutePlan) { p.Match.PathPrefix = "/a b" }, ErrPathPrefix},
 		{"prefix not UTF-8", func(p *RoutePlan) { p.Match.PathPrefix = "/\xff" }, ErrPathPrefix},
 		{"prefix too long", func(p *RoutePlan) { p.Match.PathPrefix = "/" + strings.Repeat("a", 1024) }, ErrPathPrefix},
+		{"affinity without a key", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnHeader, LoadBalancer: LoadBalancerRingHash, RingSize: 1024}
+		}, ErrHashOnInvalid},
+		{"affinity on a named path", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnPath, Name: "x", LoadBalancer: LoadBalancerRingHash, RingSize: 1024}
+		}, ErrHashOnInvalid},
+		{"affinity on the body", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: "body", Name: "x", LoadBalancer: LoadBalancerRingHash, RingSize: 1024}
+		}, ErrHashOnInvalid},
+		{"affinity with an unknown balancer", func(p *RoutePlan) { p.Affinity = &Affinity{HashOn: HashOnPath, LoadBalancer: "Random"} }, ErrLoadBalancerUnknown},
+		{"ring too small", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnPath, LoadBalancer: LoadBalancerRingHash, RingSize: 8}
+		}, ErrRingSize},
+		{"ring with a table size", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnPath, LoadBalancer: LoadBalancerRingHash, RingSize: 1024, TableSize: 65537}
+		}, ErrRingSize},
+		{"maglev table not prime", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnPath, LoadBalancer: LoadBalancerMaglev, TableSize: 65536}
+		}, ErrTableSize},
+		{"maglev table too large", func(p *RoutePlan) {
+			p.Affinity = &Affinity{HashOn: HashOnPath, LoadBalancer: LoadBalancerMaglev, TableSize: 5000101}
+		}, ErrTableSize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlan("shop", "web", 80)
@@ -191,5 +213,15 @@ func TestValidateRefusesWhatEnvoyWould(t *testing.T) {
 	}
 	if err := testPlan("shop", "web", 80).Validate(); err != nil {
 		t.Errorf("a plain plan: %v", err)
+	}
+	for _, a := range []Affinity{
+		{HashOn: HashOnCookie, Name: "session", LoadBalancer: LoadBalancerRingHash, RingSize: 64},
+		{HashOn: HashOnQueryParameter, Name: "key", LoadBalancer: LoadBalancerMaglev, TableSize: 5000011},
+	} {
+		p := testPlan("shop", "web", 80)
+		p.Affinity = &a
+		if err := p.Validate(); err != nil {
+			t.Errorf("affinity %+v: %v", a, err)
+		}
 	}
 }

@@ -189,8 +189,25 @@ func (c *computation) ready(noEndpoints bool) {
 		c.set(tailcutv1alpha1.ConditionHedging, false, derived.Reason, "hedging is off: "+st.DelayReason)
 	default:
 		c.set(tailcutv1alpha1.ConditionHedging, true, derived.Reason,
-			fmt.Sprintf("hedging after %s (%s): %s", st.EffectiveDelay.Duration, st.DelaySource, st.DelayReason))
+			fmt.Sprintf("hedging after %s (%s)%s: %s", st.EffectiveDelay.Duration, st.DelaySource, affinityNote(spec.EffectiveAffinity()), st.DelayReason))
 	}
+}
+
+// affinityNote says where a policy with affinity sends its hedges.
+func affinityNote(a *tailcutv1alpha1.Affinity) string {
+	if a == nil {
+		return ""
+	}
+	key := "the path"
+	switch {
+	case a.HashOn.Header != "":
+		key = "header " + a.HashOn.Header
+	case a.HashOn.Cookie != "":
+		key = "cookie " + a.HashOn.Cookie
+	case a.HashOn.QueryParameter != "":
+		key = "query parameter " + a.HashOn.QueryParameter
+	}
+	return fmt.Sprintf(" to each key's next owner (%s on %s)", a.LoadBalancer, key)
 }
 
 // set sets a condition; LastTransitionTime moves only when its status does.

@@ -149,6 +149,11 @@ func TestCompute(t *testing.T) {
 				tailcutv1alpha1.ConditionReady:   {metav1.ConditionTrue, tailcutv1alpha1.ReasonReady, ""},
 				tailcutv1alpha1.ConditionHedging: {metav1.ConditionFalse, tailcutv1alpha1.ReasonSuspended, "spec.suspend"},
 			}, nil},
+		{"affinity: the hedges' destination said", policyOn(func(p *tailcutv1alpha1.HedgePolicy) {
+			p.Spec.Affinity = &tailcutv1alpha1.Affinity{HashOn: tailcutv1alpha1.HashOn{Header: "x-cache-key"}}
+		}), Outcome{Estimate: derived, Program: &allProgrammed}, map[string]cond{
+			tailcutv1alpha1.ConditionHedging: {metav1.ConditionTrue, tailcutv1alpha1.ReasonDerived, "hedging after 18.7ms (Prometheus) to each key's next owner (RingHash on header x-cache-key): delay 18.7ms"},
+		}, nil},
 		{"Istio: a VirtualService's retries", policyOn(func(p *tailcutv1alpha1.HedgePolicy) { p.Spec.Publish.Target = tailcutv1alpha1.PublishIstio }),
 			Outcome{Estimate: derived, Program: &publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1", Overridden: "VirtualService shop/web sets retries"}}, map[string]cond{
 				tailcutv1alpha1.ConditionRetriesPreserved: {metav1.ConditionFalse, tailcutv1alpha1.ReasonVirtualServiceRetries, "VirtualService shop/web"},

@@ -231,7 +231,32 @@ func Input(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, endpoints [
 		BudgetPercent:   budget.MaxExtraLoadPercent,
 		MinConcurrency:  budget.MinRetryConcurrency,
 		Endpoints:       endpoints,
+		Affinity:        affinity(spec.EffectiveAffinity()),
 	}
+}
+
+// affinity is the plan's form of spec.affinity (defaulted), or nil.
+func affinity(a *tailcutv1alpha1.Affinity) *plan.Affinity {
+	if a == nil {
+		return nil
+	}
+	out := &plan.Affinity{LoadBalancer: string(a.LoadBalancer)}
+	switch {
+	case a.HashOn.Header != "":
+		out.HashOn, out.Name = plan.HashOnHeader, a.HashOn.Header
+	case a.HashOn.Cookie != "":
+		out.HashOn, out.Name = plan.HashOnCookie, a.HashOn.Cookie
+	case a.HashOn.QueryParameter != "":
+		out.HashOn, out.Name = plan.HashOnQueryParameter, a.HashOn.QueryParameter
+	case a.HashOn.Path:
+		out.HashOn = plan.HashOnPath
+	}
+	if a.LoadBalancer == tailcutv1alpha1.LoadBalancerMaglev {
+		out.TableSize = uint64(*a.TableSize)
+	} else {
+		out.RingSize = uint64(*a.RingSize)
+	}
+	return out
 }
 
 // Mappings turn watched objects into the policies they concern: a Service,

@@ -51,13 +51,14 @@ type Upstream struct {
 	mu        sync.Mutex
 	byMethod  map[string]int
 	arrived   map[string][]time.Time // when each attempt arrived, by x-test-id
+	numbers   map[string][]int       // each attempt's x-envoy-attempt-count, by x-test-id
 	leaked    map[string]bool        // x-envoy-* request headers that reached it
 	cancelled atomic.Int64
 }
 
 // NewUpstream starts an Upstream on 127.0.0.1, closed when the test ends.
 func NewUpstream(tb testing.TB, delay time.Duration) *Upstream {
-	u := &Upstream{delay: delay, byMethod: map[string]int{}, arrived: map[string][]time.Time{}, leaked: map[string]bool{}}
+	u := &Upstream{delay: delay, byMethod: map[string]int{}, arrived: map[string][]time.Time{}, numbers: map[string][]int{}, leaked: map[string]bool{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	tb.Cleanup(u.srv.Close)
 	return u
@@ -68,6 +69,8 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.byMethod[r.Method]++
 	id := r.Header.Get("x-test-id")
 	u.arrived[id] = append(u.arrived[id], time.Now())
+	n, _ := strconv.Atoi(r.Header.Get("x-envoy-attempt-count"))
+	u.numbers[id] = append(u.numbers[id], n)
 	for k := range r.Header {
 		k = strings.ToLower(k)
 		// Envoy's own: the attempt count tailcut asks for, and the client's
@@ -118,6 +121,14 @@ func (u *Upstream) Arrivals() map[string][]time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return maps.Clone(u.arrived)
+}
+
+// AttemptNumbers are the x-envoy-attempt-count of each attempt that arrived
+// (1 for a request's first, 2 for its first hedge...), by x-test-id.
+func (u *Upstream) AttemptNumbers() map[string][]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.numbers)
 }
 
 // Leaked are the x-envoy-* request headers that reached the upstream (name:
