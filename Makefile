@@ -135,6 +135,10 @@ bench-loadgen: ## Benchmark: tailcut verify's generator against a no-op server a
 bench-proxy: ## Benchmark: Envoy's CPU and added latency with and without the hedge account, at 500, 2,000 and 5,000/s on 1 and 2 workers; writes its section of docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/proxybench -rates=$(PROXY_RATES)
 
+.PHONY: bench-affinity
+bench-affinity: ## Benchmark: affinity for caches: hit ratio and tail without hedging, hedging to any replica and to the key's next owner; keys moved by replica changes; writes its section of docs/benchmarks.md.
+	@$(TOOL_ENV); $(GO) run ./test/localstack/affinitybench
+
 .PHONY: bench-scale
 bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and Envoy; writes its section of docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/scalebench -policies=$(SCALE_POLICIES) -namespaces=$(SCALE_NAMESPACES)

@@ -48,11 +48,7 @@ const (
 func schedule(a Arrivals, name string, rate int, phases ...time.Duration) []time.Duration {
 	var at []time.Duration
 	var start time.Duration
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	// A stream's schedule is the same in every run, and another stream's is
-	// independent of it.
-	rng := rand.New(rand.NewPCG(h.Sum64(), 0x7a11c07))
+	rng := rand.New(rand.NewPCG(streamSeed(name), 0x7a11c07))
 	for _, length := range phases {
 		n := int(int64(rate) * int64(length) / int64(time.Second))
 		phase := make([]time.Duration, 0, n)
@@ -89,3 +85,11 @@ func (p schedulePacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, 
 
 // Rate implements vegeta's Pacer: the mean rate.
 func (p schedulePacer) Rate(time.Duration) float64 { return p.rate }
+
+// streamSeed seeds a stream's random draws: a stream's draws are the same in
+// every run, and another stream's are independent of them.
+func streamSeed(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}

@@ -122,6 +122,7 @@ func parse(args []string, stderr io.Writer) (Options, extraFlags, error) {
 	var f extraFlags
 	var direct, admins, workload, cluster string
 	budget := -1.0
+	var keys Keys
 	fs := flag.NewFlagSet("tailcut verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -156,6 +157,9 @@ Flags:
 	fs.StringVar(&cluster, "cluster", "", "The hedged cluster's name, for Envoy's counters (default with --policy: tailcut_<ns>_<service>_<port>).")
 	fs.StringVar(&workload, "workload-metrics", "", "Comma-separated /metrics URLs of the replicas, where they export tailcut's workload counters.")
 	fs.StringVar(&o.Scenario, "scenario", "", "Free text copied to the report.")
+	fs.StringVar(&keys.Header, "key-header", "", "Give every GET a key in this header (a cache's clients), drawn from --keys keys with Zipf skew --zipf.")
+	fs.IntVar(&keys.Count, "keys", 10000, "With --key-header: how many keys.")
+	fs.Float64Var(&keys.Exponent, "zipf", DefaultZipfExponent, "With --key-header: the Zipf exponent, above 1 (key k is drawn in proportion to (1+k)^-zipf).")
 	fs.BoolVar(&f.reportOnly, "report-only", false, "Send and report, but exit 0 whatever the verdict (2 still means no run): warm-up traffic, for instance.")
 	fs.StringVar(&f.json, "json", "", "Write the JSON report to this file (- for standard output).")
 	fs.IntVar(&o.Limits.Connections, "connections", o.Limits.Connections, "Idle keep-alive connections kept per host.")
@@ -172,6 +176,9 @@ Flags:
 		return o, f, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.DirectURLs, o.EnvoyAdmin, o.WorkloadMetrics = list(direct), list(admins), list(workload)
+	if keys.Header != "" {
+		o.Keys = &keys
+	}
 	if cluster != "" {
 		o.HedgedCluster, o.UnhedgedCluster = cluster, cluster+"_bypass"
 	}

@@ -200,10 +200,11 @@ const (
 	workloadRequests    = "workload_requests_total"
 	workloadAttempts    = "workload_envoy_attempts_total"
 	workloadSideEffects = "workload_side_effects_total"
+	workloadCache       = "workload_cache_requests_total"
 )
 
 func workloadMetrics(urls []string, client *http.Client) scrapeSource {
-	return scrapeSource{urls: urls, client: client, metrics: map[string]bool{workloadRequests: true, workloadAttempts: true, workloadSideEffects: true}}
+	return scrapeSource{urls: urls, client: client, metrics: map[string]bool{workloadRequests: true, workloadAttempts: true, workloadSideEffects: true, workloadCache: true}}
 }
 
 // promSource reads the same Envoy counters from Prometheus, one series per

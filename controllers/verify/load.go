@@ -51,6 +51,7 @@ type stream struct {
 	rate     int
 	arrivals Arrivals
 	targets  []vegetaTarget
+	keys     *Keys // nil: no key
 }
 
 // Limits are the generator's own limits. A generator that runs out of
@@ -120,12 +121,16 @@ func attack(ctx context.Context, streams []stream, settle, duration time.Duratio
 			vegeta.KeepAlive(true),
 		)
 		at := schedule(st.arrivals, st.name, st.rate, settle, duration)
+		targeter := vegeta.NewStaticTargeter(st.targets...)
+		if st.keys != nil {
+			targeter = st.keys.keyed(targeter, int64(streamSeed(st.name+"/keys")))
+		}
 		pacer := schedulePacer{at: at, rate: float64(st.rate)}
 		wg.Go(func() {
 			// vegeta takes its own start a moment after this one, so the lag
 			// below is an upper bound by that moment (microseconds).
 			began := time.Now()
-			results := atk.Attack(vegeta.NewStaticTargeter(st.targets...), pacer, settle+duration, st.name)
+			results := atk.Attack(targeter, pacer, settle+duration, st.name)
 			stop := context.AfterFunc(ctx, func() { atk.Stop() })
 			defer stop()
 			samples := make([]sample, 0, int(float64(st.rate)*(settle+duration).Seconds())+1)

@@ -111,6 +111,20 @@ type ReplicaLoad struct {
 	ExtraAttempts float64 `json:"extra_attempts"`
 	Pct           float64 `json:"pct"`
 	SideEffects   float64 `json:"side_effects"`
+	// CacheHits and CacheLookups are the replicas' cache counters, where
+	// they keep a cache by key (the workload's cache model): every request
+	// of both arms and every hedge is a lookup.
+	CacheHits    float64 `json:"cache_hits,omitempty"`
+	CacheLookups float64 `json:"cache_lookups,omitempty"`
+}
+
+// CacheHitRatio is the share of the replicas' cache lookups that hit; ok is
+// false where they count none.
+func (rl *ReplicaLoad) CacheHitRatio() (ratio float64, ok bool) {
+	if rl == nil || rl.CacheLookups == 0 {
+		return 0, false
+	}
+	return rl.CacheHits / rl.CacheLookups, true
 }
 
 // Posts is the non-idempotent stream: sent by the verifier, and executed as
@@ -162,6 +176,9 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 	if rl := r.ExtraLoad.Replicas; rl != nil {
 		fmt.Fprintf(w, "extra load, at the replicas: %.2f%% (%.0f extra attempts; budget %s)\n", rl.Pct, rl.ExtraAttempts, budget)
+		if hit, ok := rl.CacheHitRatio(); ok {
+			fmt.Fprintf(w, "cache hit ratio, at the replicas: %.1f%% (%.0f of %.0f lookups)\n", 100*hit, rl.CacheHits, rl.CacheLookups)
+		}
 	}
 	for _, m := range r.ExtraLoad.Missing {
 		fmt.Fprintf(w, "not measured: %s\n", m)

@@ -77,6 +77,9 @@ type Options struct {
 	// NotMeasured says why a source of the extra load was not read; it goes
 	// to the report.
 	NotMeasured []string
+	// Keys, when set, gives every GET a key from a Zipf distribution (a
+	// cache's clients); nil sends no key.
+	Keys *Keys
 	// Policy and Scenario are copied to the report.
 	Policy, Scenario string
 	// Log gets progress lines (nil: none).
@@ -107,6 +110,9 @@ func (o *Options) check() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--unhedged %q: bypass or direct", o.Unhedged))
+	}
+	if o.Keys != nil {
+		errs = append(errs, o.Keys.check())
 	}
 	if o.Rate <= 0 || o.PostRate < 0 {
 		errs = append(errs, fmt.Errorf("--rate %d, --post-rate %d: need a positive rate", o.Rate, o.PostRate))
@@ -236,12 +242,12 @@ func (o *Options) streams() []stream {
 	host := map[string][]string{"Host": {o.Host}}
 	bypass := http.Header{"Host": {o.Host}}
 	bypass.Set(BypassHeader, "1")
-	out := []stream{{name: ArmHedged, rate: o.Rate, arrivals: Independent, targets: []vegetaTarget{get(o.URL, host)}}}
+	out := []stream{{name: ArmHedged, rate: o.Rate, arrivals: Independent, keys: o.Keys, targets: []vegetaTarget{get(o.URL, host)}}}
 	switch o.Unhedged {
 	case ArmBypass:
-		out = append(out, stream{name: ArmBypass, rate: o.Rate, arrivals: Independent, targets: []vegetaTarget{get(o.URL, bypass)}})
+		out = append(out, stream{name: ArmBypass, rate: o.Rate, arrivals: Independent, keys: o.Keys, targets: []vegetaTarget{get(o.URL, bypass)}})
 	case ArmDirect:
-		direct := stream{name: ArmDirect, rate: o.Rate, arrivals: Independent}
+		direct := stream{name: ArmDirect, rate: o.Rate, arrivals: Independent, keys: o.Keys}
 		path := pathOf(o.URL)
 		for _, u := range o.DirectURLs {
 			direct.targets = append(direct.targets, get(strings.TrimRight(u, "/")+path, nil))
@@ -312,6 +318,8 @@ func replicaLoad(d counts, source string, hedgedSent int) *ReplicaLoad {
 		Requests:      d.sum(workloadRequests),
 		ExtraAttempts: d.sum(workloadAttempts) - d.sum(workloadAttempts, label("attempt", "1")),
 		SideEffects:   d.sum(workloadSideEffects),
+		CacheHits:     d.sum(workloadCache, label("result", "hit")),
+		CacheLookups:  d.sum(workloadCache),
 	}
 	if hedgedSent > 0 {
 		rl.Pct = 100 * rl.ExtraAttempts / float64(hedgedSent)

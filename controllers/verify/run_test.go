@@ -74,6 +74,8 @@ func (u *upstream) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# TYPE workload_requests_total counter\nworkload_requests_total{method=\"GET\"} %d\nworkload_requests_total{method=\"POST\"} %d\n", h+h*4/100+u.bypass.Load(), u.posts.Load())
 	fmt.Fprintf(w, "# TYPE workload_envoy_attempts_total counter\nworkload_envoy_attempts_total{attempt=\"1\"} %d\nworkload_envoy_attempts_total{attempt=\"2\"} %d\n", h+u.bypass.Load(), h*4/100)
 	fmt.Fprintf(w, "# TYPE workload_side_effects_total counter\nworkload_side_effects_total %d\n", u.posts.Load())
+	// A cache that hits three hedged requests in four.
+	fmt.Fprintf(w, "# TYPE workload_cache_requests_total counter\nworkload_cache_requests_total{result=\"hit\"} %d\nworkload_cache_requests_total{result=\"miss\"} %d\n", h*3/4, h-h*3/4)
 }
 
 func serve(t *testing.T, u *upstream) (proxy, admin, metrics string) {
@@ -126,6 +128,9 @@ func TestRunMeasuresAKnownDistribution(t *testing.T) {
 	}
 	if rl := r.ExtraLoad.Replicas; rl == nil || rl.ExtraAttempts != 20 || rl.Pct != 4 {
 		t.Errorf("the replicas' extra load: %+v, want 20 extra attempts (4%%)", rl)
+	}
+	if hit, ok := r.ExtraLoad.Replicas.CacheHitRatio(); !ok || hit != 0.75 || r.ExtraLoad.Replicas.CacheLookups != 500 {
+		t.Errorf("cache: %+v, want 375 hits of 500 lookups", r.ExtraLoad.Replicas)
 	}
 	if r.Posts == nil || r.Posts.Sent != 50 || r.Posts.Executed == nil || *r.Posts.Executed != 50 {
 		t.Errorf("POSTs: %+v, want 50 sent and executed", r.Posts)
@@ -190,6 +195,8 @@ func TestOptionsAreChecked(t *testing.T) {
 		{"--url", "http://p/", "--host", "x", "--unhedged", "direct"},
 		{"--url", "http://p/", "--host", "x", "--rate", "0"},
 		{"--url", "http://p/", "--host", "x", "--envoy-admin", "http://a"},
+		{"--url", "http://p/", "--host", "x", "--budget-percent", "5", "--envoy-admin", "http://a", "--cluster", "c", "--key-header", "k", "--zipf", "1"},
+		{"--url", "http://p/", "--host", "x", "--budget-percent", "5", "--envoy-admin", "http://a", "--cluster", "c", "--key-header", "k", "--keys", "0"},
 	} {
 		o, _, err := parse(args, &b)
 		if err == nil {

@@ -194,6 +194,8 @@ type ABOptions struct {
 	// through the same Envoy, the default) or verify.ArmDirect (straight to
 	// the replicas).
 	Unhedged string
+	// Keys, when set, gives every GET a cache key (verify.Keys).
+	Keys *verify.Keys
 }
 
 // Verify runs `tailcut verify` (the same code, in process) against the stack:
@@ -206,6 +208,7 @@ func (s *Stack) Verify(ctx context.Context, o ABOptions, policy *tailcutv1alpha1
 		Criteria: verify.DefaultCriteria(), Limits: verify.DefaultLimits(),
 		EnvoyAdmin: []string{"http://" + addr(s.opts.Ports.Admin)},
 		Policy:     Namespace + "/" + PolicyName, Scenario: s.opts.Scenario.Name,
+		Keys: o.Keys,
 	}
 	if vo.Unhedged == "" {
 		vo.Unhedged = verify.ArmBypass

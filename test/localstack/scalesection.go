@@ -16,7 +16,10 @@ limitations under the License.
 
 package localstack
 
-import "strings"
+import (
+	"os"
+	"strings"
+)
 
 // docs/benchmarks.md has several writers: make bench-tail writes the file and
 // keeps what follows its hand-written reading; make bench-scale and make
@@ -29,12 +32,6 @@ const (
 
 func markers(target string) (begin, end string) {
 	return "<!-- make " + target + ": begin -->", "<!-- make " + target + ": end -->"
-}
-
-// ReplaceScaleSection puts section between the scale markers of doc,
-// appending them when doc has none.
-func ReplaceScaleSection(doc, section string) string {
-	return ReplaceSection(doc, "bench-scale", section)
 }
 
 // ReplaceSection puts section between the markers of the make target that
@@ -59,4 +56,14 @@ func ScaleSection(doc string) string {
 		return ""
 	}
 	return doc[i:j+len(ScaleEnd)] + "\n"
+}
+
+// WriteSection rewrites the section of the make target in the Markdown file
+// at path (ReplaceSection), creating the file when there is none.
+func WriteSection(path, target, section string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(ReplaceSection(string(old), target, section)), 0o644)
 }

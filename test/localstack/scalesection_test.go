@@ -26,7 +26,7 @@ func TestReplaceScaleSection(t *testing.T) {
 		{"appended after the tail benchmark", "# Tail\n## Reading\ntext\n", "# Tail\n## Reading\ntext\n\n" + block2},
 		{"replaced in place, the rest kept", "# Tail\n\n" + block1 + "after\n", "# Tail\n\n" + block2 + "after\n"},
 	} {
-		if got := ReplaceScaleSection(tc.doc, "## Scale\nnew\n"); got != tc.want {
+		if got := ReplaceSection(tc.doc, "bench-scale", "## Scale\nnew\n"); got != tc.want {
 			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
 		}
 	}

@@ -57,6 +57,7 @@ type metrics struct {
 	cancelled   prometheus.Counter
 	sideEffects *prometheus.CounterVec
 	attempts    *prometheus.CounterVec
+	cache       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, replica string) *metrics {
@@ -78,8 +79,11 @@ func newMetrics(reg prometheus.Registerer, replica string) *metrics {
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "workload_envoy_attempts_total", Help: "Requests by the x-envoy-attempt-count header Envoy sent (1 = first attempt).", ConstLabels: labels,
 		}, []string{"attempt"}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workload_cache_requests_total", Help: "Requests the cache model looked up, by result (hit or miss), hedge losers included.", ConstLabels: labels,
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.duration, m.requests, m.cancelled, m.sideEffects, m.attempts)
+	reg.MustRegister(m.duration, m.requests, m.cancelled, m.sideEffects, m.attempts, m.cache)
 	return m
 }
 
@@ -120,7 +124,11 @@ func handler(srv *Server, m *metrics) http.Handler {
 				m.attempts.WithLabelValues(a).Inc()
 			}
 		}
-		switch err := srv.Serve(r.Context(), start); {
+		result, err := srv.Serve(r.Context(), start, r.Header.Get(CacheKeyHeader))
+		if result != "" {
+			m.cache.WithLabelValues(string(result)).Inc()
+		}
+		switch {
 		case errors.Is(err, ErrFailed):
 			m.duration.WithLabelValues(r.Method, "failed").Observe(time.Since(start).Seconds())
 			http.Error(w, "failed by failProbability", http.StatusServiceUnavailable)
@@ -153,7 +161,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("workload", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8090", "address to serve on")
 	replica := fs.String("replica", hostname(), "replica name, a label on every metric")
-	fs.TextVar(&cfg.Model, "model", cfg.Model, "latency model: bimodal, lognormal, stall, badhost or saturation")
+	fs.TextVar(&cfg.Model, "model", cfg.Model, "latency model: bimodal, lognormal, stall, badhost, saturation or cache")
 	fs.TextVar(&cfg.Base, "base", cfg.Base, "base latency")
 	fs.Float64Var(&cfg.SlowProbability, "slow-probability", cfg.SlowProbability, "bimodal: share of slow requests")
 	fs.TextVar(&cfg.SlowExtra, "slow-extra", cfg.SlowExtra, "bimodal and badhost: extra latency of a slow request")
@@ -163,6 +171,8 @@ func run(args []string) error {
 	fs.TextVar(&cfg.StallFor, "stall-for", cfg.StallFor, "stall: length of each pause")
 	fs.BoolVar(&cfg.BadHost, "bad-host", cfg.BadHost, "badhost: this replica is the slow one")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "saturation: requests served at once")
+	fs.IntVar(&cfg.CacheSize, "cache-size", cfg.CacheSize, "cache: keys cached per replica")
+	fs.TextVar(&cfg.MissExtra, "miss-extra", cfg.MissExtra, "cache: extra latency of a miss")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -47,6 +47,23 @@ const (
 	// Base; the rest wait in line. Added load adds latency to everyone, so
 	// hedging makes the tail worse and must back off.
 	Saturation Model = "saturation"
+	// Cache: each replica keeps the CacheSize keys (CacheKeyHeader) it
+	// served last. A hit takes Base, a miss Base+MissExtra and caches the
+	// key; on top, SlowProbability of the requests take SlowExtra more, as
+	// in bimodal (a pause, a slow read). A request without a key is a miss
+	// that caches nothing. A hedge to a replica that does not own the key is
+	// a miss there, and takes the place of a key that replica owns.
+	Cache Model = "cache"
+)
+
+// CacheResult says how the cache model answered a request: a hit, a miss,
+// or "" for the other models.
+type CacheResult string
+
+// The cache model's answers.
+const (
+	CacheHit  CacheResult = "hit"
+	CacheMiss CacheResult = "miss"
 )
 
 // Config is the workload's latency configuration. It is read from flags, the
@@ -65,6 +82,10 @@ type Config struct {
 	// FailProbability is the share of requests answered 503 after their
 	// latency, on every model: a brownout's errors, not a crash.
 	FailProbability float64 `json:"failProbability"`
+	// CacheSize is the cache model's number of keys per replica.
+	CacheSize int `json:"cacheSize"`
+	// MissExtra is the cache model's extra latency of a miss.
+	MissExtra Duration `json:"missExtra"`
 }
 
 // DefaultConfig is 15ms with 5% of requests 100ms slower.
@@ -74,6 +95,7 @@ func DefaultConfig() Config {
 		Median: Duration(20 * time.Millisecond), Sigma: 0.5,
 		StallEvery: Duration(5 * time.Second), StallFor: Duration(150 * time.Millisecond),
 		Concurrency: 8,
+		CacheSize:   1000, MissExtra: Duration(45 * time.Millisecond),
 	}
 }
 
@@ -81,11 +103,11 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	switch c.Model {
-	case Bimodal, Lognormal, Stall, BadHost, Saturation:
+	case Bimodal, Lognormal, Stall, BadHost, Saturation, Cache:
 	default:
-		errs = append(errs, fmt.Errorf("model %q is not one of bimodal, lognormal, stall, badhost, saturation", c.Model))
+		errs = append(errs, fmt.Errorf("model %q is not one of bimodal, lognormal, stall, badhost, saturation, cache", c.Model))
 	}
-	if c.Base < 0 || c.SlowExtra < 0 || c.Median < 0 || c.StallFor < 0 {
+	if c.Base < 0 || c.SlowExtra < 0 || c.Median < 0 || c.StallFor < 0 || c.MissExtra < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.SlowProbability < 0 || c.SlowProbability > 1 {
@@ -103,6 +125,9 @@ func (c Config) Validate() error {
 	if c.Model == Saturation && c.Concurrency < 1 {
 		errs = append(errs, errors.New("saturation needs concurrency >= 1"))
 	}
+	if c.Model == Cache && (c.CacheSize < 1 || c.CacheSize > 10_000_000) {
+		errs = append(errs, errors.New("cache needs cacheSize between 1 and 10000000 keys"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -111,6 +136,7 @@ type Server struct {
 	mu    sync.RWMutex
 	cfg   Config
 	slots chan struct{} // saturation: one token per request in service
+	cache *lru          // cache: the keys this replica served last
 	start time.Time
 }
 
@@ -137,6 +163,9 @@ func (s *Server) SetConfig(cfg Config) error {
 	if s.slots == nil || cap(s.slots) != cfg.Concurrency {
 		s.slots = make(chan struct{}, max(cfg.Concurrency, 1))
 	}
+	if cfg.Model == Cache && (s.cache == nil || s.cache.size != cfg.CacheSize) {
+		s.cache = newLRU(cfg.CacheSize)
+	}
 	s.cfg = cfg
 	return nil
 }
@@ -144,40 +173,53 @@ func (s *Server) SetConfig(cfg Config) error {
 // ErrFailed is Serve's answer for a request the configuration fails.
 var ErrFailed = errors.New("failed by failProbability")
 
-// Serve waits the latency the model gives this request. It returns ctx.Err() when
-// the caller gave up first (a cancelled hedge loser), so the work stops, and
-// ErrFailed for a request FailProbability fails.
-func (s *Server) Serve(ctx context.Context, now time.Time) error {
+// Serve waits the latency the model gives this request, whose cache key is key
+// (the cache model's; "" for none). It returns ctx.Err() when the caller gave
+// up first (a cancelled hedge loser), so the work stops, and ErrFailed for a
+// request FailProbability fails; and, on the cache model, whether the key was
+// a hit.
+func (s *Server) Serve(ctx context.Context, now time.Time, key string) (CacheResult, error) {
 	s.mu.RLock()
 	fail := s.cfg.FailProbability
 	s.mu.RUnlock()
-	if err := s.wait(ctx, now); err != nil {
-		return err
+	result, err := s.wait(ctx, now, key)
+	if err != nil {
+		return result, err
 	}
 	if fail > 0 && rand.Float64() < fail {
-		return ErrFailed
+		return result, ErrFailed
 	}
-	return nil
+	return result, nil
 }
 
-func (s *Server) wait(ctx context.Context, now time.Time) error {
+func (s *Server) wait(ctx context.Context, now time.Time, key string) (CacheResult, error) {
 	s.mu.RLock()
-	cfg, slots := s.cfg, s.slots
+	cfg, slots, cache := s.cfg, s.slots, s.cache
 	s.mu.RUnlock()
 
 	switch cfg.Model {
+	case Cache:
+		slow := latency(Config{Model: Bimodal, SlowProbability: cfg.SlowProbability, SlowExtra: cfg.SlowExtra}, rand.Float64(), 0)
+		if key != "" && cache.lookup(key) {
+			return CacheHit, sleep(ctx, cfg.Base.D()+slow)
+		}
+		if err := sleep(ctx, cfg.Base.D()+cfg.MissExtra.D()+slow); err != nil || key == "" {
+			return CacheMiss, err
+		}
+		cache.add(key)
+		return CacheMiss, nil
 	case Saturation:
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		}
 		defer func() { <-slots }()
-		return sleep(ctx, cfg.Base.D())
+		return "", sleep(ctx, cfg.Base.D())
 	case Stall:
-		return sleep(ctx, cfg.Base.D()+s.stallRemaining(cfg, now))
+		return "", sleep(ctx, cfg.Base.D()+s.stallRemaining(cfg, now))
 	default:
-		return sleep(ctx, latency(cfg, rand.Float64(), rand.NormFloat64()))
+		return "", sleep(ctx, latency(cfg, rand.Float64(), rand.NormFloat64()))
 	}
 }
 

@@ -85,6 +85,8 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Model = Stall; c.StallFor = c.StallEvery }, "stallFor < stallEvery"},
 		{func(c *Config) { c.Model = Saturation; c.Concurrency = 0 }, "concurrency >= 1"},
 		{func(c *Config) { c.Model = Lognormal; c.Sigma = 0 }, "sigma in (0, 3]"},
+		{func(c *Config) { c.Model = Cache; c.CacheSize = 0 }, "cacheSize between 1 and 10000000"},
+		{func(c *Config) { c.Model = Cache; c.MissExtra = -1 }, "durations must not be negative"},
 	} {
 		cfg := DefaultConfig()
 		c.mutate(&cfg)
@@ -244,5 +246,69 @@ func TestRunRejectsBadFlagsAndEnv(t *testing.T) {
 	t.Setenv("WORKLOAD_CONFIG", `{"model":`)
 	if err := run(nil); err == nil || !strings.Contains(err.Error(), "WORKLOAD_CONFIG") {
 		t.Errorf("run with bad WORKLOAD_CONFIG: %v", err)
+	}
+}
+
+func TestLRUKeepsTheMostRecentlyUsed(t *testing.T) {
+	c := newLRU(2)
+	c.add("a")
+	c.add("b")
+	if !c.lookup("a") { // a is now the most recent, b the least
+		t.Fatal("a is not cached")
+	}
+	c.add("c") // evicts b
+	for key, want := range map[string]bool{"a": true, "b": false, "c": true} {
+		if got := c.lookup(key); got != want {
+			t.Errorf("lookup(%s) = %v, want %v", key, got, want)
+		}
+	}
+	if c.len() != 2 {
+		t.Errorf("%d keys cached, want 2", c.len())
+	}
+}
+
+// TestCacheModelHitsAndMisses: a key's first request misses and takes
+// base+missExtra, its second hits and takes base; a key past the cache's size
+// evicts the oldest; a miss whose caller gave up caches nothing; and the
+// metrics count each lookup.
+func TestCacheModelHitsAndMisses(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Model, cfg.SlowProbability, cfg.CacheSize = Cache, 0, 2
+	cfg.Base, cfg.MissExtra = Duration(5*time.Millisecond), Duration(200*time.Millisecond)
+	ts, m, srv := newTestServer(t, cfg)
+	get := func(key string) time.Duration {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/item", nil)
+		req.Header.Set(CacheKeyHeader, key)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return time.Since(start)
+	}
+	if d := get("k1"); d < 205*time.Millisecond {
+		t.Errorf("first request of k1 took %v: a miss takes at least 205ms", d)
+	}
+	if d := get("k1"); d >= 205*time.Millisecond {
+		t.Errorf("second request of k1 took %v: a hit takes 5ms", d)
+	}
+	get("k2")
+	get("k3") // evicts k1
+	if d := get("k1"); d < 205*time.Millisecond {
+		t.Errorf("k1 after two newer keys took %v: it should have been evicted", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := srv.Serve(ctx, time.Now(), "k4"); err == nil {
+		t.Fatal("a 205ms miss finished within 50ms")
+	}
+	if srv.cache.lookup("k4") {
+		t.Error("a miss whose caller gave up was cached")
+	}
+	hits, misses := testutil.ToFloat64(m.cache.WithLabelValues("hit")), testutil.ToFloat64(m.cache.WithLabelValues("miss"))
+	if hits != 1 || misses != 4 {
+		t.Errorf("hits %v, misses %v; want 1 and 4", hits, misses)
 	}
 }

@@ -207,7 +207,7 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur, took time.Dura
 	fmt.Fprintf(&b, "# Tail latency benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench-tail` on %s (took %s).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
 	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs; %s; %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), localstack.ToolVersion("envoy", "--version"), "tailcut verify ("+verify.Generator()+")")
-	fmt.Fprintf(&b, "- load: tailcut verify, constant arrival rate, %d rps per arm; bypass and hedged arms in one run through one Envoy to the same 3 replicas. "+
+	fmt.Fprintf(&b, "- load: tailcut verify, %d rps per arm, each arm's requests at independent random moments (a Poisson process with each phase's exact count); bypass and hedged arms in one run through one Envoy to the same 3 replicas. "+
 		"Per scenario one stack: tailcut's automatic delay first (%s), then a static-delay sweep (%s each); the shift scenario runs %s each, "+
 		"its fast mode at 40ms for the middle third. The estimator reads only the hedged arm: ordinary requests.\n", rate, duration, sweepDur, shiftDur)
 	fmt.Fprintf(&b, "- latency in ms at the client (tailcut verify, exact quantiles); extra load: the larger of Envoy's counters on the hedged cluster and the replicas' count of extra attempts (x-envoy-attempt-count > 1) per hedged request; budget 5%%; late: requests sent 10ms or more behind schedule\n\n")

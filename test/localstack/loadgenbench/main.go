@@ -135,12 +135,7 @@ func run() error {
 			rate, arm.Sent, arm.Scheduled, arm.AchievedRate, arm.Lag.P99MS, arm.Lag.MaxMS, arm.Lag.Late, arm.Errors, 100*res.cpu.Seconds()/res.took.Seconds())
 		results = append(results, res)
 	}
-	old, err := os.ReadFile(*out)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	doc := localstack.ReplaceSection(string(old), "bench-loadgen", markdown(results, *duration))
-	return os.WriteFile(*out, []byte(doc), 0o644)
+	return localstack.WriteSection(*out, "bench-loadgen", markdown(results, *duration))
 }
 
 // cpuTime is this process's user and system CPU so far.

@@ -73,11 +73,7 @@ func run() error {
 	for _, l := range lines {
 		fmt.Println(l)
 	}
-	old, err := os.ReadFile(*out)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	if err := os.WriteFile(*out, []byte(localstack.ReplaceSection(string(old), "bench-proxy", localstack.ProxyCostSection(runs, o))), 0o644); err != nil {
+	if err := localstack.WriteSection(*out, "bench-proxy", localstack.ProxyCostSection(runs, o)); err != nil {
 		return err
 	}
 	fmt.Println("wrote", *out)

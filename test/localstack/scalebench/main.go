@@ -72,11 +72,7 @@ func run() error {
 	res.PrintTable(os.Stdout)
 	missed := goals(res)
 	section := markdown(res, missed, time.Since(start))
-	old, err := os.ReadFile(*out)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	if err := os.WriteFile(*out, []byte(localstack.ReplaceScaleSection(string(old), section)), 0o644); err != nil {
+	if err := localstack.WriteSection(*out, "bench-scale", section); err != nil {
 		return err
 	}
 	logf("wrote %s", *out)
