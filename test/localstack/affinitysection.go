@@ -31,9 +31,9 @@ const AffinityGoalHitPoints = 2.0
 
 // AffinityVerdicts judges the cache runs against #27's goal: hedging to the
 // next owner keeps the hit ratio within AffinityGoalHitPoints of no hedging,
-// and cuts the p99 at least as much as hedging to any replica. A run with
-// errors or late sends is not judged. missed says whether a judged goal was
-// missed.
+// and cuts the p99 at least as much as hedging to any replica, each hedged
+// run within its budget. A run with errors or late sends is not judged.
+// missed says whether a judged goal was missed.
 func AffinityVerdicts(runs []CacheRun) (lines []string, missed bool) {
 	by := map[string]*CacheRun{}
 	for i := range runs {
@@ -46,6 +46,13 @@ func AffinityVerdicts(runs []CacheRun) (lines []string, missed bool) {
 	for _, r := range []*CacheRun{none, anyReplica, next} {
 		if r.Report.Errors() > 0 || r.Report.Hedged().Lag.Late > 0 || r.Report.Unhedged().Lag.Late > 0 {
 			return []string{fmt.Sprintf("not judged: %s had errors or late sends", r.Config)}, false
+		}
+	}
+	// A run over its budget broke a promise whatever its tail.
+	for _, r := range []*CacheRun{anyReplica, next} {
+		if b := r.Report.BudgetPct; b == nil || r.Report.ExtraLoadPct() > *b {
+			lines = append(lines, fmt.Sprintf("%s: extra load %.2f%%, over the budget (or no budget known): misses the goal", r.Config, r.Report.ExtraLoadPct()))
+			missed = true
 		}
 	}
 	verdict := func(ok bool) string {

@@ -30,12 +30,20 @@ func cacheRun(config string, hits, lookups, p99 float64, errors int) CacheRun {
 		verify.ArmHedged: {Latency: verify.Latency{P99: p99}, Errors: errors},
 		verify.ArmBypass: {Latency: verify.Latency{P99: 160}},
 	}
-	r.ExtraLoad.Replicas = &verify.ReplicaLoad{CacheHits: hits, CacheLookups: lookups}
+	r.ExtraLoad.Replicas = &verify.ReplicaLoad{CacheHits: hits, CacheLookups: lookups, Pct: 3}
+	budget := 5.0
+	r.BudgetPct = &budget
 	return CacheRun{Config: config, Report: r}
 }
 
+func overBudget(r CacheRun) CacheRun {
+	r.Report.ExtraLoad.Replicas.Pct = 6
+	return r
+}
+
 // TestAffinityVerdictsJudgeEveryGoal: each half of #27's goal fails on its
-// own, and a run with errors is not judged.
+// own, a hedged run over its budget fails whatever its tail, and a run with
+// errors is not judged.
 func TestAffinityVerdictsJudgeEveryGoal(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -49,6 +57,8 @@ func TestAffinityVerdictsJudgeEveryGoal(t *testing.T) {
 			true, "2.5 points lower; at most 2 allowed): misses the goal"},
 		{"p99 above any replica's", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheAnyReplica, 700, 1000, 120, 0), cacheRun(CacheNextOwner, 815, 1000, 121, 0)},
 			true, "121.0 ms hedging to the next owner, 120.0 ms hedging to any replica (150.0 ms without hedging): misses the goal"},
+		{"next owner over the budget", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheAnyReplica, 700, 1000, 120, 0), overBudget(cacheRun(CacheNextOwner, 815, 1000, 100, 0))},
+			true, CacheNextOwner + ": extra load 6.00%, over the budget"},
 		{"errors", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheAnyReplica, 700, 1000, 120, 3), cacheRun(CacheNextOwner, 815, 1000, 100, 0)},
 			false, "not judged"},
 	} {
