@@ -139,6 +139,10 @@ bench-proxy: ## Benchmark: Envoy's CPU and added latency with and without the he
 bench-affinity: ## Benchmark: affinity for caches: hit ratio and tail without hedging, hedging to any replica and to the key's next owner; keys moved by replica changes; writes its section of docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/affinitybench
 
+.PHONY: bench-fanout
+bench-fanout: ## Benchmark: delay.mode FanOut (one and two copies at once) against one hedge at the auto delay on bimodal3: tail, extra load, POSTs; writes its section of docs/benchmarks.md.
+	@$(TOOL_ENV); $(GO) run ./test/localstack/fanoutbench
+
 .PHONY: bench-scale
 bench-scale: ## Benchmark: 1,000 policies on the real API server, operator and Envoy; writes its section of docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/scalebench -policies=$(SCALE_POLICIES) -namespaces=$(SCALE_NAMESPACES)

@@ -184,6 +184,36 @@ func TestMissingTargetIsNotAcceptedUntilItAppears(t *testing.T) {
 	})
 }
 
+// TestFanOutIsPublishedWithItsBudget: a FanOut policy hedges every request
+// after 1ms with the budget it names, above the 100 Envoy's retry budget
+// takes, and says so in status.
+func TestFanOutIsPublishedWithItsBudget(t *testing.T) {
+	ns := newNamespace(t)
+	newService(t, ns, "checkout", 8080)
+	newEndpointSlice(t, ns, "checkout", 9090, map[string]bool{"10.0.0.1": true, "10.0.0.2": true, "10.0.0.3": true})
+	key := types.NamespacedName{Namespace: ns, Name: "policy"}
+	publisher.setStatus(key, publish.ProgramStatus{Connected: 1, Programmed: 1, Serving: 1, Version: "v1"})
+	newPolicy(t, ns, "checkout", func(s *tailcutv1alpha1.HedgePolicySpec) {
+		s.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeFanOut}
+		s.MaxHedges = 2
+		s.Budget = tailcutv1alpha1.Budget{MaxExtraLoadPercent: 200}
+	})
+	got := waitCondition(t, key, tailcutv1alpha1.ConditionHedging, metav1.ConditionTrue, tailcutv1alpha1.ReasonFanOut)
+	if got.Status.EffectiveDelay == nil || got.Status.EffectiveDelay.Duration != time.Millisecond || got.Status.DelaySource != tailcutv1alpha1.DelaySourceFanOut {
+		t.Errorf("delay %v from %q, want 1ms from FanOut", got.Status.EffectiveDelay, got.Status.DelaySource)
+	}
+	if c := conditionOf(got, tailcutv1alpha1.ConditionHedging); !strings.Contains(c.Message, "2 more copies of each request 1ms apart, as the 200% budget allows") {
+		t.Errorf("Hedging message %q does not say what the fan-out sends", c.Message)
+	}
+	eventually(t, "the fan-out plan", func() error {
+		rp, ok := publisher.plan(key)
+		if !ok || rp.Hedge == nil || rp.Hedge.Delay != time.Millisecond || rp.Hedge.MaxHedges != 2 || rp.Budget.Percent != 200 {
+			return fmt.Errorf("plan %+v, want 1ms x2 within 200%%", rp)
+		}
+		return nil
+	})
+}
+
 func TestMissingPort(t *testing.T) {
 	ns := newNamespace(t)
 	newService(t, ns, "checkout", 9999)

@@ -63,6 +63,7 @@ const (
 	ReasonConflicted = "Conflicted"
 
 	ReasonStatic          = "Static"
+	ReasonFanOut          = "FanOut"
 	ReasonDerived         = "Derived"
 	ReasonNoMetrics       = "NoMetricsProvider"
 	ReasonNotEvaluated    = "NotEvaluated"

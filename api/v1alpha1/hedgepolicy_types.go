@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,6 +47,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.allowNonIdempotent) && self.allowNonIdempotent) || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.auto) || !has(self.delay.auto.staleAfter) || duration(self.delay.auto.staleAfter) >= duration(self.evaluationInterval)",message="staleAfter must not be shorter than evaluationInterval",fieldPath=".delay.auto.staleAfter"
 // +kubebuilder:validation:XValidation:rule="!has(self.publish.target) || self.publish.target != 'Istio' || !has(self.match) || !has(self.match.pathPrefix) || self.match.pathPrefix == '/'",message="publish.target Istio hedges every path of the Service (the EnvoyFilter patches the Service's one route): leave match.pathPrefix unset or /",fieldPath=".match.pathPrefix"
+// +kubebuilder:validation:XValidation:rule="!has(self.budget.maxExtraLoadPercent) || self.budget.maxExtraLoadPercent <= 50 || (has(self.delay.mode) && self.delay.mode == 'FanOut')",message="maxExtraLoadPercent above 50 is for delay.mode FanOut only: a delayed hedge goes only to requests slower than the delay, a budget that large would let a too-short delay double the backends' load",fieldPath=".budget.maxExtraLoadPercent"
+// +kubebuilder:validation:XValidation:rule="!has(self.delay.mode) || self.delay.mode != 'FanOut' || (has(self.budget.maxExtraLoadPercent) && self.budget.maxExtraLoadPercent >= 100)",message="delay.mode FanOut sends copies of every request at once and costs what it copies: set budget.maxExtraLoadPercent to 100 (one copy of each request, twice the backends' load) up to 200 (maxHedges 2, three times the load)",fieldPath=".budget.maxExtraLoadPercent"
+// +kubebuilder:validation:XValidation:rule="!has(self.delay.mode) || self.delay.mode != 'FanOut' || (!(has(self.allowNonIdempotent) && self.allowNonIdempotent) && (!has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD'])))",message="delay.mode FanOut copies every request it matches: only GET and HEAD may be fanned out (leave allowNonIdempotent unset)",fieldPath=".match.methods"
 type HedgePolicySpec struct {
 	// TargetRef names the Service, in the policy's namespace, whose traffic is hedged.
 	// +required
@@ -254,7 +259,7 @@ type HTTPMethod string
 type RetryOn string
 
 // DelayMode says where the hedge delay comes from.
-// +kubebuilder:validation:Enum=Auto;Static
+// +kubebuilder:validation:Enum=Auto;Static;FanOut
 type DelayMode string
 
 const (
@@ -262,15 +267,30 @@ const (
 	DelayModeAuto DelayMode = "Auto"
 	// DelayModeStatic uses a fixed delay.
 	DelayModeStatic DelayMode = "Static"
+	// DelayModeFanOut sends each request's hedges at once, FanOutDelay apart,
+	// without waiting for the first attempt to run long: up to maxHedges+1
+	// copies of every request, each to a different replica. It buys the
+	// fastest tail at the price of the copies (budget 100 to 200 percent),
+	// for read paths whose backends have the capacity to spare.
+	DelayModeFanOut DelayMode = "FanOut"
 )
+
+// FanOutDelay is the per-try timeout of DelayModeFanOut: Envoy sends a hedge
+// only when an attempt's per-try timeout fires (it does not implement
+// hedge_policy.initial_requests), and 1ms is the shortest the API takes.
+// With the route's 1ms back-off the copies leave within a few milliseconds.
+const FanOutDelay = time.Millisecond
 
 // Delay configures the hedge delay (Envoy's per_try_timeout on the hedged route).
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Static' || has(self.static)",message="static is required when mode is Static",fieldPath=".static"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Static' || !has(self.auto)",message="auto must not be set when mode is Static",fieldPath=".auto"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Auto' || !has(self.static)",message="static must not be set when mode is Auto",fieldPath=".static"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'FanOut' || (!has(self.static) && !has(self.auto))",message="delay.mode FanOut takes neither static nor auto: its copies leave 1ms apart",fieldPath=".mode"
 type Delay struct {
-	// Mode is Auto (derive the delay from Prometheus) or Static (use delay.static).
+	// Mode is Auto (derive the delay from Prometheus), Static (use
+	// delay.static) or FanOut (send the hedges at once, within a budget of 100
+	// to 200 percent, for GET and HEAD only).
 	// +optional
 	// +kubebuilder:default=Auto
 	Mode DelayMode `json:"mode,omitempty"`
@@ -461,12 +481,16 @@ type WorkloadMetric struct {
 // Budget bounds the extra load hedging may add.
 type Budget struct {
 	// MaxExtraLoadPercent is the most extra requests hedging may send, as a
-	// percentage of the requests on the hedged route, between 1 and 50. It becomes
-	// Envoy's retry_budget.budget_percent, and tailcut raises the delay or pauses
-	// hedging when the measured hedge rate goes above it.
+	// percentage of the requests on the hedged route: between 1 and 50 for a
+	// delayed hedge, 100 to 200 for delay.mode FanOut, whose copies cost 100
+	// per extra copy of every request. tailcut's hedge account holds it in the
+	// data path over every stretch of its window; it also becomes Envoy's
+	// retry_budget.budget_percent (at most 100, Envoy's limit), and the
+	// estimator raises the delay or pauses hedging when the measured hedge
+	// rate goes above it.
 	// +optional
 	// +kubebuilder:default=5
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 50",message="maxExtraLoadPercent must be between 1 and 50 (percent of the requests)"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 200",message="maxExtraLoadPercent must be between 1 and 200 (percent of the requests; above 50 only with delay.mode FanOut)"
 	MaxExtraLoadPercent int32 `json:"maxExtraLoadPercent,omitempty"`
 
 	// MinRetryConcurrency is the number of hedges always allowed in flight, whatever
@@ -525,12 +549,14 @@ type IstioPublish struct {
 }
 
 // DelaySource says where the programmed delay came from.
-// +kubebuilder:validation:Enum=Static;Prometheus;LastKnown;Fallback;None
+// +kubebuilder:validation:Enum=Static;FanOut;Prometheus;LastKnown;Fallback;None
 type DelaySource string
 
 const (
 	// DelaySourceStatic is spec.delay.static.
 	DelaySourceStatic DelaySource = "Static"
+	// DelaySourceFanOut is delay.mode FanOut: FanOutDelay.
+	DelaySourceFanOut DelaySource = "FanOut"
 	// DelaySourcePrometheus is a quantile read from Prometheus in this evaluation.
 	DelaySourcePrometheus DelaySource = "Prometheus"
 	// DelaySourceLastKnown is the last good Prometheus value, kept while metrics are

@@ -318,7 +318,7 @@ func cluster(name string, p plan.RoutePlan) *clusterv3.Cluster {
 		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 			Priority: corev3.RoutingPriority_DEFAULT,
 			RetryBudget: &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
-				BudgetPercent:       &typev3.Percent{Value: float64(p.Budget.Percent)},
+				BudgetPercent:       &typev3.Percent{Value: p.Budget.RetryBudgetPercent()},
 				MinRetryConcurrency: wrapperspb.UInt32(uint32(p.Budget.MinConcurrency)),
 			},
 		}}},

@@ -116,7 +116,7 @@ func (StaticOnly) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolic
 		return Suspended(policy), nil
 	}
 	var res Result
-	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
+	if spec.EffectiveDelayMode() != tailcutv1alpha1.DelayModeAuto {
 		res = Static(spec)
 	} else {
 		res = Fallback(spec, tailcutv1alpha1.ReasonNoMetrics, "no Prometheus address is configured (--prometheus-url)")
@@ -138,8 +138,20 @@ func Suspended(policy *tailcutv1alpha1.HedgePolicy) Result {
 	return res
 }
 
-// Static is the result for a Static policy.
+// Static is the result for a policy whose delay is not derived: Static, or
+// FanOut.
 func Static(spec *tailcutv1alpha1.HedgePolicySpec) Result {
+	if spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeFanOut {
+		d, copies := tailcutv1alpha1.FanOutDelay, spec.EffectiveMaxHedges()
+		return Result{
+			Delay:  d,
+			Source: tailcutv1alpha1.DelaySourceFanOut,
+			Reason: fmt.Sprintf("fan-out (spec.delay.mode FanOut): %d more %s of each request %s apart, as the %d%% budget allows",
+				copies, plural(copies, "copy", "copies"), d, spec.EffectiveBudget().MaxExtraLoadPercent),
+			Derived:       true,
+			DerivedReason: tailcutv1alpha1.ReasonFanOut,
+		}
+	}
 	d := spec.Delay.Static.Duration
 	return Result{
 		Delay:         d,
@@ -169,4 +181,11 @@ func Fallback(spec *tailcutv1alpha1.HedgePolicySpec, reason, why string) Result 
 	r.Source = tailcutv1alpha1.DelaySourceNone
 	r.Reason = "hedging off (fallback Disable): " + why
 	return r
+}
+
+func plural(n int32, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -116,7 +116,7 @@ func newPrometheus(api v1.API, timeout time.Duration) *Prometheus {
 // Derived false; the only error is an *InvalidQueryError.
 func (p *Prometheus) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePolicy, now time.Time) (Result, error) {
 	spec := &policy.Spec
-	if spec.Suspend || spec.EffectiveDelayMode() == tailcutv1alpha1.DelayModeStatic {
+	if spec.Suspend || spec.EffectiveDelayMode() != tailcutv1alpha1.DelayModeAuto {
 		// What is in force now was not derived: a later Auto decision
 		// starts from the status again, not from an older one of its own.
 		p.decided.drop(policy)

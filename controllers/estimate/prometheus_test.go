@@ -898,6 +898,26 @@ func TestStaticPolicyNeedsNoQuery(t *testing.T) {
 	}
 }
 
+// TestFanOutPolicyNeedsNoQuery: a FanOut policy's delay is the shortest
+// per-try timeout, whatever Prometheus says, and its reason states what it
+// costs.
+func TestFanOutPolicyNeedsNoQuery(t *testing.T) {
+	f := newFakeProm(t)
+	policy := ownPolicy(func(p *tailcutv1alpha1.HedgePolicy) {
+		p.Spec.Delay = tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeFanOut}
+		p.Spec.MaxHedges = 2
+		p.Spec.Budget.MaxExtraLoadPercent = 200
+	})
+	res, err := sampleAndEstimate(newTestEstimator(t, f, 0), policy, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "fan-out (spec.delay.mode FanOut): 2 more copies of each request 1ms apart, as the 200% budget allows"
+	if res.Delay != ms || res.Source != tailcutv1alpha1.DelaySourceFanOut || res.DerivedReason != tailcutv1alpha1.ReasonFanOut || res.Reason != reason || len(f.queries()) != 0 {
+		t.Errorf("got %s from %s (%s: %q) after %d queries, want 1ms from FanOut (%q) and no query", res.Delay, res.Source, res.DerivedReason, res.Reason, len(f.queries()), reason)
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	f := newFakeProm(t)
 	f.world(5000, bimodal(15, 0.03))

@@ -44,7 +44,7 @@ var (
 	ErrDelayInvalid      = errors.New("hedge delay must be positive")
 	ErrMaxHedges         = errors.New("max hedges must be between 1 and 3")
 	ErrRetryOnEmpty      = errors.New("retryOn is empty: Envoy would not hedge")
-	ErrBudgetInvalid     = errors.New("budget percent must be between 1 and 100")
+	ErrBudgetInvalid     = fmt.Errorf("budget percent must be between 1 and %d", MaxBudgetPercent)
 	ErrMinConcurrency    = errors.New("min retry concurrency must be at least 1")
 	ErrEndpointInvalid   = errors.New("endpoint address or port is invalid")
 	ErrNameInvalid       = errors.New("not a Kubernetes name")
@@ -130,9 +130,11 @@ type Hedge struct {
 // Budget bounds the extra load twice: the cluster's retry budget caps
 // concurrent hedges, and the listener's hedge account caps their rate.
 type Budget struct {
-	// Percent is the policy's maxExtraLoadPercent. It is
-	// retry_budget.budget_percent (concurrent hedges as a share of active
-	// requests), and it sets the hedge account's rate (HedgeRatio).
+	// Percent is the policy's maxExtraLoadPercent, up to MaxBudgetPercent
+	// (a fan-out's two copies of every request). It sets the hedge account's
+	// rate (HedgeRatio), and retry_budget.budget_percent (concurrent hedges
+	// as a share of active requests) up to Envoy's limit of 100
+	// (RetryBudgetPercent).
 	Percent int32 `json:"percent"`
 	// MinConcurrency is retry_budget.min_retry_concurrency.
 	MinConcurrency int32 `json:"minConcurrency"`
@@ -146,6 +148,15 @@ type Budget struct {
 // instead of a small bucket, and commits a request's hedges from its arrival
 // to its answer, so it holds the budget itself (#14).
 func (b Budget) HedgeRatio() float64 { return float64(b.Percent) / 100 }
+
+// MaxBudgetPercent is the largest budget: two copies of every request.
+const MaxBudgetPercent = 200
+
+// RetryBudgetPercent is retry_budget.budget_percent: the budget, up to the
+// 100 Envoy takes. Above it the hedge account alone holds the budget, as it
+// does below: a retry holds its place in Envoy's budget only during its
+// back-off, so the retry budget never was the bound on hedges.
+func (b Budget) RetryBudgetPercent() float64 { return float64(min(b.Percent, 100)) }
 
 // Endpoint is one ready backend address.
 type Endpoint struct {
@@ -272,7 +283,7 @@ func (p RoutePlan) Validate() error {
 			}
 		}
 	}
-	if p.Budget.Percent < 1 || p.Budget.Percent > 100 {
+	if p.Budget.Percent < 1 || p.Budget.Percent > MaxBudgetPercent {
 		errs = append(errs, ErrBudgetInvalid)
 	}
 	if p.Budget.MinConcurrency < 1 {

@@ -180,6 +180,8 @@ func TestValidateRefusesWhatEnvoyWould(t *testing.T) {
 		{"prefix with a space", func(p *RoutePlan) { p.Match.PathPrefix = "/a b" }, ErrPathPrefix},
 		{"prefix not UTF-8", func(p *RoutePlan) { p.Match.PathPrefix = "/\xff" }, ErrPathPrefix},
 		{"prefix too long", func(p *RoutePlan) { p.Match.PathPrefix = "/" + strings.Repeat("a", 1024) }, ErrPathPrefix},
+		{"budget above a fan-out's two copies", func(p *RoutePlan) { p.Budget.Percent = 201 }, ErrBudgetInvalid},
+		{"budget 0", func(p *RoutePlan) { p.Budget.Percent = 0 }, ErrBudgetInvalid},
 		{"affinity without a key", func(p *RoutePlan) {
 			p.Affinity = &Affinity{HashOn: HashOnHeader, LoadBalancer: LoadBalancerRingHash, RingSize: 1024}
 		}, ErrHashOnInvalid},
@@ -213,6 +215,11 @@ func TestValidateRefusesWhatEnvoyWould(t *testing.T) {
 	}
 	if err := testPlan("shop", "web", 80).Validate(); err != nil {
 		t.Errorf("a plain plan: %v", err)
+	}
+	fanOut := testPlan("shop", "web", 80)
+	fanOut.Budget.Percent = MaxBudgetPercent
+	if err := fanOut.Validate(); err != nil {
+		t.Errorf("a fan-out's 200%% budget: %v", err)
 	}
 	for _, a := range []Affinity{
 		{HashOn: HashOnCookie, Name: "session", LoadBalancer: LoadBalancerRingHash, RingSize: 64},

@@ -148,13 +148,16 @@ func runCache(ctx context.Context, o CacheABOptions, config string, delay time.D
 	return CacheRun{Config: config, Delay: delay, Report: NewReport(vr, policy)}, nil
 }
 
-// waitProgrammed waits until Envoy runs the policy.
+// waitProgrammed waits until Envoy runs the policy's current generation.
 func (s *Stack) waitProgrammed(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		p, err := s.Policy(ctx)
-		if err == nil && meta.IsStatusConditionTrue(p.Status.Conditions, tailcutv1alpha1.ConditionProgrammed) {
-			return nil
+		if err == nil {
+			c := meta.FindStatusCondition(p.Status.Conditions, tailcutv1alpha1.ConditionProgrammed)
+			if c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation && p.Status.ObservedGeneration == p.Generation {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the policy was not Programmed within %s: %v", timeout, p.Status.Conditions)
