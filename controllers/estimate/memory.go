@@ -103,11 +103,11 @@ type seriesTotals struct {
 	counters          bool // retries and attempts were read
 }
 
-// ownReading is what a Workload or Custom policy's queries answered, for the
-// span that starts at since.
+// ownReading is what a Workload or Custom policy's queries answered at the
+// sampler's tick at, for the span that starts at since.
 type ownReading struct {
-	since   time.Time
-	answers answers
+	at, since time.Time
+	answers   answers
 }
 
 // add keeps a tick and forgets what no policy needs any more:
@@ -315,16 +315,13 @@ func (m *memory) setOwn(key types.NamespacedName, r ownReading) {
 	m.own[key] = r
 }
 
-// ownAnswers returns what a Workload or Custom policy's queries answered for
-// the span sp, if the sampler read that span.
-func (m *memory) ownAnswers(key types.NamespacedName, sp span) (answers, bool) {
+// ownAnswers returns what a Workload or Custom policy's queries answered at
+// the sampler's last tick for it, and when.
+func (m *memory) ownAnswers(key types.NamespacedName) (ownReading, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	r, ok := m.own[key]
-	if !ok || !r.since.Equal(sp.since) {
-		return answers{}, false
-	}
-	return r.answers, true
+	return r, ok
 }
 
 // envoyAnswers computes a cluster's readings from the ticks: over the span

@@ -169,8 +169,20 @@ func (p *Prometheus) sampled(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv
 		cluster := plan.ClusterName(policy.Namespace, policy.Spec.TargetRef.Name, policy.Spec.TargetRef.Port)
 		return p.memory.envoyAnswers(cluster, sp, auto.Window.Duration, policy.Spec.EffectiveEvaluationInterval())
 	}
-	a, ok := p.memory.ownAnswers(types.NamespacedName{Namespace: policy.Namespace, Name: policy.Name}, sp)
-	return a, sp, ok
+	// The sampler read the span as it stood at its tick, which the
+	// reconcile that evaluates the policy follows by milliseconds or more
+	// (its work queue): the reading is the policy's if the span at that tick
+	// is the one it read, and the tick is less than an interval old.
+	r, ok := p.memory.ownAnswers(types.NamespacedName{Namespace: policy.Namespace, Name: policy.Name})
+	if !ok {
+		return answers{}, sp, false
+	}
+	atTick := readSpan(policy, auto, r.at)
+	now := sp.since.Add(sp.rng)
+	if atTick.hold != "" || !r.since.Equal(atTick.since) || now.Before(r.at) || now.Sub(r.at) >= policy.Spec.EffectiveEvaluationInterval() {
+		return answers{}, sp, false
+	}
+	return r.answers, atTick, true
 }
 
 // sampledByCluster says whether the sampler reads the policy with the

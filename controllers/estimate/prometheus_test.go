@@ -971,3 +971,42 @@ func hasSeries(c prometheus.Collector, policy string) bool {
 	}
 	return found
 }
+
+// TestReconcileAfterTheTickReadsTheSamplersReading: in production the
+// reconcile that evaluates a policy runs after the sampler's tick that made
+// it due (its work queue: milliseconds, or seconds behind a queue), never at
+// the same instant, as sampleAndEstimate has it. A Workload, Custom, mesh or
+// gateway policy's reading is the sampler's, taken at its tick; an Estimate
+// 300 ms after the tick used to find no reading for its own span (one that
+// started 300 ms later), and every such policy said "waiting for the first
+// reading" for ever. Found with a real Envoy Gateway and Prometheus
+// (TestGatewayHedgesWithRealEnvoyGateway). A reading an interval old or
+// older is not used: the policy is due again.
+func TestReconcileAfterTheTickReadsTheSamplersReading(t *testing.T) {
+	for _, tc := range []struct {
+		after   time.Duration
+		derived bool
+	}{
+		{0, true},
+		{300 * ms, true},
+		{5 * time.Second, true},
+		{30 * time.Second, false}, // the default evaluationInterval
+	} {
+		f := newFakeProm(t)
+		f.world(5000, bimodal(15, 0.03))
+		est := newTestEstimator(t, f, 0)
+		policy := ownPolicy()
+		list := func(context.Context) ([]tailcutv1alpha1.HedgePolicy, error) {
+			return []tailcutv1alpha1.HedgePolicy{*policy}, nil
+		}
+		est.Sampler(list, nil, logr.Discard()).Tick(context.Background(), now)
+		res, err := est.Estimate(context.Background(), policy, now.Add(tc.after))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInvariants(t, policy, res)
+		if derived := res.Source == tailcutv1alpha1.DelaySourcePrometheus; derived != tc.derived {
+			t.Errorf("Estimate %s after the tick: %s from %s (%s), want derived from Prometheus = %v", tc.after, res.Delay, res.Source, res.Reason, tc.derived)
+		}
+	}
+}

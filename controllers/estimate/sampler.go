@@ -321,7 +321,7 @@ func (s *Sampler) readOwn(ctx context.Context, auto []*tailcutv1alpha1.HedgePoli
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			ans := s.p.fetch(ctx, policy, qs, sp, now)
-			s.p.memory.setOwn(key, ownReading{since: sp.since, answers: ans})
+			s.p.memory.setOwn(key, ownReading{at: now, since: sp.since, answers: ans})
 		})
 	}
 	wg.Wait()
