@@ -62,20 +62,20 @@ licenses: ## List the licences of the linked Go modules and the pinned tools; fa
 ##@ Test
 
 # Every test and the demo run the real binaries: kube-apiserver and etcd
-# (KUBEBUILDER_ASSETS), Envoy, Prometheus, helm, kustomize, promtool and istiod, all
-# pinned in hack/tools.sh and installed before any test starts.
+# (KUBEBUILDER_ASSETS), Envoy, Prometheus, helm, kustomize, promtool, istiod and
+# envoy-gateway, all pinned in hack/tools.sh and installed before any test starts.
 # Plain assignments, so that a tool that fails to install stops make (errexit).
 TOOL_ENV = assets=$$($(TOOLS) env); eval "$$assets"; \
 	ENVOY_BIN=$$($(TOOLS) envoy); PROMETHEUS_BIN=$$($(TOOLS) prometheus); \
 	HELM_BIN=$$($(TOOLS) helm); KUSTOMIZE_BIN=$$($(TOOLS) kustomize); PROMTOOL_BIN=$$($(TOOLS) promtool); \
-	ISTIOD_BIN=$$($(TOOLS) istiod); \
-	export ENVOY_BIN PROMETHEUS_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN ISTIOD_BIN
+	ISTIOD_BIN=$$($(TOOLS) istiod); ENVOY_GATEWAY_BIN=$$($(TOOLS) envoy-gateway); \
+	export ENVOY_BIN PROMETHEUS_BIN HELM_BIN KUSTOMIZE_BIN PROMTOOL_BIN ISTIOD_BIN ENVOY_GATEWAY_BIN
 
 .PHONY: test
 test: test-unit test-e2e ## Run every test: unit, real API server, real Envoy and Prometheus, and the local-stack e2e.
 
 .PHONY: test-unit
-test-unit: ## Unit tests (Go, and the hedge account's Rust) plus the CEL, reconciler, xDS-with-Envoy and estimator-with-Prometheus tests.
+test-unit: ## Unit tests (Go, and the hedge account's Rust) plus the CEL, reconciler, xDS-with-Envoy, istiod, Envoy Gateway and estimator-with-Prometheus tests.
 	hack/hedge-account.sh test
 	@$(TOOL_ENV); $(GO) test ./... -count=1 -timeout 25m
 

@@ -49,6 +49,7 @@ import (
 	"github.com/tailcut/tailcut/controllers"
 	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/gateway"
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/replicas"
@@ -94,6 +95,8 @@ func main() {
 		metricsSecure          bool
 		metricsCertDir         string
 		istioOn                bool
+		envoyGatewayOn         bool
+		envoyGatewayModule     string
 		istioAccountModule     string
 		xdsTLS                 envoyconf.TLSFiles
 		kubeQPS                float64
@@ -119,6 +122,8 @@ func main() {
 	flag.StringVar(&hedgeAccountModule, "envoy-hedge-account-module", envoyconf.DefaultHedgeAccountModule, "Path, on the proxies, of the hedge account's Proxy-Wasm module (tailcut bootstrap --hedge-account-module puts it there). A proxy that cannot load it rejects the listener, and policies say so (NACK).")
 	flag.StringVar(&hostsFile, "hosts-file", "", "A hosts(5) file that resolves FQDN EndpointSlice addresses before DNS (for local stacks).")
 	flag.StringVar(&istioAccountModule, "istio-hedge-account-module", "/hedge-account.wasm", "With --istio, the hedge account's Proxy-Wasm module, which the operator inlines in one EnvoyFilter per namespace with Istio policies (the operator image has it at this path).")
+	flag.BoolVar(&envoyGatewayOn, "envoy-gateway", false, "Publish the policies whose publish.target is EnvoyGateway as EnvoyPatchPolicies on the Envoy Gateway Gateways whose HTTPRoutes send to their Service. Needs Gateway API and Envoy Gateway's CRDs, enableEnvoyPatchPolicy in Envoy Gateway's config, and the rights the chart grants with envoyGateway.enabled.")
+	flag.StringVar(&envoyGatewayModule, "envoy-gateway-hedge-account-module", "/hedge-account.wasm", "With --envoy-gateway, the hedge account's Proxy-Wasm module, which the operator inlines in one EnvoyPatchPolicy per patched Gateway (the operator image has it at this path).")
 	flag.BoolVar(&istioOn, "istio", false, "Publish the policies whose publish.target is Istio as Istio EnvoyFilters. Needs Istio's CRDs and the EnvoyFilter rights the chart grants with istio.enabled.")
 	flag.StringVar(&promURL, "prometheus-url", "", "Prometheus base URL for Auto delays, e.g. http://prometheus:9090. Empty: Auto policies use their fallback.")
 	flag.DurationVar(&promTimeout, "prometheus-timeout", estimate.DefaultQueryTimeout, "Timeout of each Prometheus query.")
@@ -283,6 +288,19 @@ func main() {
 		}
 		reconciler.Publishers[tailcutv1alpha1.PublishIstio] = &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: module}
 		reconciler.Owns = append(reconciler.Owns, istio.NewEnvoyFilter())
+	}
+	if envoyGatewayOn {
+		if _, err := mgr.GetRESTMapper().RESTMapping(gateway.PatchPolicyGVK.GroupKind(), gateway.PatchPolicyGVK.Version); err != nil {
+			log.Error(err, "--envoy-gateway needs Envoy Gateway's EnvoyPatchPolicy API (gateway.envoyproxy.io/v1alpha1): install Envoy Gateway, or run without --envoy-gateway")
+			os.Exit(1)
+		}
+		module, err := istio.LoadAccountModule(envoyGatewayModule)
+		if err != nil {
+			log.Error(err, "--envoy-gateway needs the hedge account module (--envoy-gateway-hedge-account-module)")
+			os.Exit(1)
+		}
+		reconciler.Publishers[tailcutv1alpha1.PublishEnvoyGateway] = &gateway.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: module}
+		reconciler.Owns = append(reconciler.Owns, gateway.NewPatchPolicy())
 	}
 	if err := target.IndexPolicies(mgr); err != nil {
 		log.Error(err, "unable to index HedgePolicies by target")

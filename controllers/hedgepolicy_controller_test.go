@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/gateway"
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -356,8 +357,9 @@ func TestDeletionRetiresThePlan(t *testing.T) {
 
 // TestSwitchingPublisherWithdrawsTheOldRoutes is issue #12's defect 7 (moving
 // a policy from XDS to Istio left its routes in tailcut's Envoy) and #13's
-// switch, both ways: each move leaves nothing on the side the policy left,
-// and the policy's EnvoyFilter goes with the policy.
+// switch, both ways, and #28's to Envoy Gateway and back: each move leaves
+// nothing on the side the policy left, and the policy's EnvoyFilter goes with
+// the policy.
 func TestSwitchingPublisherWithdrawsTheOldRoutes(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -442,6 +444,51 @@ func TestSwitchingPublisherWithdrawsTheOldRoutes(t *testing.T) {
 
 	switchTo(tailcutv1alpha1.PublishXDS)
 	onXDS("back on XDS only: the EnvoyFilter removed")
+
+	// To Envoy Gateway, where a Gateway's HTTPRoute sends to the Service,
+	// and back: the patch policies come and go, nothing else stays.
+	for _, doc := range []string{
+		`{"apiVersion":"gateway.networking.k8s.io/v1","kind":"GatewayClass","metadata":{"name":"eg-` + ns + `"},"spec":{"controllerName":"` + gateway.ControllerName + `"}}`,
+		`{"apiVersion":"gateway.networking.k8s.io/v1","kind":"Gateway","metadata":{"name":"edge","namespace":"` + ns + `"},
+		  "spec":{"gatewayClassName":"eg-` + ns + `","listeners":[{"name":"http","protocol":"HTTP","port":8080}]}}`,
+		`{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"checkout","namespace":"` + ns + `"},
+		  "spec":{"parentRefs":[{"name":"edge"}],"rules":[{"backendRefs":[{"name":"checkout","port":8080}]}]}}`,
+	} {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON([]byte(doc)); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patchKey := types.NamespacedName{Namespace: ns, Name: gateway.PatchPolicyName(ns, p.Name, "edge")}
+	accountKey := types.NamespacedName{Namespace: ns, Name: gateway.AccountPolicyName("edge")}
+	exists := func(key types.NamespacedName) error { return k8s.Get(ctx, key, gateway.NewPatchPolicy()) }
+	switchTo(tailcutv1alpha1.PublishEnvoyGateway)
+	eventually(t, "published to Envoy Gateway only", func() error {
+		if _, ok := publisher.plan(key); ok {
+			return fmt.Errorf("the policy publishes to Envoy Gateway now, but its XDS plan is still served")
+		}
+		if _, err := filter(); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("EnvoyFilter %s still there (%v)", filterKey, err)
+		}
+		return errors.Join(exists(patchKey), exists(accountKey))
+	})
+	got = waitCondition(t, key, tailcutv1alpha1.ConditionProgrammed, metav1.ConditionTrue, tailcutv1alpha1.ReasonProgrammed)
+	if c := conditionOf(got, tailcutv1alpha1.ConditionProgrammed); !strings.Contains(c.Message, patchKey.String()) {
+		t.Errorf("Programmed message %q does not name the EnvoyPatchPolicy %s", c.Message, patchKey)
+	}
+	switchTo(tailcutv1alpha1.PublishXDS)
+	onXDS("back on XDS only from Envoy Gateway")
+	eventually(t, "the patch policies removed", func() error {
+		for _, k := range []types.NamespacedName{patchKey, accountKey} {
+			if err := exists(k); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("EnvoyPatchPolicy %s still there (%v)", k, err)
+			}
+		}
+		return nil
+	})
 
 	switchTo(tailcutv1alpha1.PublishIstio)
 	eventually(t, "on Istio again", func() error { _, err := filter(); return err })

@@ -40,6 +40,7 @@ import (
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 	"github.com/tailcut/tailcut/controllers/estimate"
+	"github.com/tailcut/tailcut/controllers/gateway"
 	"github.com/tailcut/tailcut/controllers/istio"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -70,9 +71,10 @@ var (
 )
 
 // TestMain runs one real API server and one manager with the reconciler for
-// every test in this package, with Istio's CRDs installed. The XDS publisher is
-// a recording stand-in (the real one is tested in its package); the Istio
-// publisher is the real one, writing EnvoyFilters to the API server.
+// every test in this package, with Istio's and Envoy Gateway's CRDs installed.
+// The XDS publisher is a recording stand-in (the real one is tested in its
+// package); the Istio and Envoy Gateway publishers are the real ones, writing
+// EnvoyFilters and EnvoyPatchPolicies to the API server.
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
 	istioCRDs, err := envtestutil.IstioCRDs()
@@ -80,7 +82,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	env, c, err := envtestutil.Start(istioCRDs)
+	// Envoy Gateway's CRDs come from the module that built the binary the
+	// real Envoy Gateway test runs (ENVOY_GATEWAY_BIN, which make sets).
+	eg := os.Getenv("ENVOY_GATEWAY_BIN")
+	if eg == "" {
+		fmt.Fprintln(os.Stderr, "ENVOY_GATEWAY_BIN is not set: run the tests with make, or export ENVOY_GATEWAY_BIN=$(hack/tools.sh envoy-gateway | tail -1)")
+		os.Exit(1)
+	}
+	gatewayCRDs, err := envtestutil.EnvoyGatewayCRDs(eg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	env, c, err := envtestutil.Start(append([]string{istioCRDs}, gatewayCRDs...)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -141,9 +155,10 @@ func run(m *testing.M) int {
 			tailcutv1alpha1.PublishXDS: counting,
 			// The module's bytes matter to the proxies only: an empty
 			// WebAssembly module's header stands for it here.
-			tailcutv1alpha1.PublishIstio: &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: []byte("\x00asm\x01\x00\x00\x00")},
+			tailcutv1alpha1.PublishIstio:        &istio.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: []byte("\x00asm\x01\x00\x00\x00")},
+			tailcutv1alpha1.PublishEnvoyGateway: &gateway.Publisher{Client: mgr.GetClient(), Reader: mgr.GetCache(), AccountModule: []byte("\x00asm\x01\x00\x00\x00")},
 		},
-		Owns:                    []client.Object{istio.NewEnvoyFilter()},
+		Owns:                    []client.Object{istio.NewEnvoyFilter(), gateway.NewPatchPolicy()},
 		MaxConcurrentReconciles: reconcileWorkers,
 	}
 	if err := target.IndexPolicies(mgr); err != nil {

@@ -69,6 +69,7 @@ helm            HELM_VERSION              Apache-2.0  go:helm.sh/helm/v3
 kustomize       KUSTOMIZE_VERSION         Apache-2.0  go:sigs.k8s.io/kustomize/kustomize/v5
 golangci-lint   GOLANGCI_LINT_VERSION     GPL-3.0     go:github.com/golangci/golangci-lint/v2
 istiod          ISTIO_VERSION             Apache-2.0  go:istio.io/istio
+envoy-gateway   ENVOY_GATEWAY_VERSION     Apache-2.0  go:github.com/envoyproxy/gateway
 go-licenses     GO_LICENSES_VERSION       Apache-2.0  go:github.com/google/go-licenses/v2
 crd-ref-docs    CRD_REF_DOCS_VERSION      Apache-2.0  go:github.com/elastic/crd-ref-docs
 cargo           RUST_VERSION              Apache-2.0  rustup:cargo

@@ -47,6 +47,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.allowNonIdempotent) && self.allowNonIdempotent) || !has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD', 'OPTIONS'])",message="methods other than GET, HEAD and OPTIONS are not idempotent: set allowNonIdempotent: true to hedge them",fieldPath=".match.methods"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.auto) || !has(self.delay.auto.staleAfter) || duration(self.delay.auto.staleAfter) >= duration(self.evaluationInterval)",message="staleAfter must not be shorter than evaluationInterval",fieldPath=".delay.auto.staleAfter"
 // +kubebuilder:validation:XValidation:rule="!has(self.publish.target) || self.publish.target != 'Istio' || !has(self.match) || !has(self.match.pathPrefix) || self.match.pathPrefix == '/'",message="publish.target Istio hedges every path of the Service (the EnvoyFilter patches the Service's one route): leave match.pathPrefix unset or /",fieldPath=".match.pathPrefix"
+// +kubebuilder:validation:XValidation:rule="!has(self.publish.target) || self.publish.target != 'EnvoyGateway' || !has(self.match) || !has(self.match.pathPrefix) || self.match.pathPrefix == '/'",message="publish.target EnvoyGateway hedges the HTTPRoute rules that send to the Service, on every path they match: leave match.pathPrefix unset or /, and give the paths to hedge their own HTTPRoute rule",fieldPath=".match.pathPrefix"
+// +kubebuilder:validation:XValidation:rule="!has(self.publish.target) || self.publish.target != 'EnvoyGateway' || !has(self.affinity)",message="publish.target EnvoyGateway does not take affinity yet: Envoy Gateway builds the rule's cluster and its load balancer (BackendTrafficPolicy loadBalancer ConsistentHash); hedge without affinity or publish to XDS or Istio",fieldPath=".affinity"
 // +kubebuilder:validation:XValidation:rule="!has(self.budget.maxExtraLoadPercent) || self.budget.maxExtraLoadPercent <= 50 || (has(self.delay.mode) && self.delay.mode == 'FanOut')",message="maxExtraLoadPercent above 50 is for delay.mode FanOut only: a delayed hedge goes only to requests slower than the delay, a budget that large would let a too-short delay double the backends' load",fieldPath=".budget.maxExtraLoadPercent"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.mode) || self.delay.mode != 'FanOut' || (has(self.budget.maxExtraLoadPercent) && self.budget.maxExtraLoadPercent >= 100)",message="delay.mode FanOut sends copies of every request at once and costs what it copies: set budget.maxExtraLoadPercent to 100 (one copy of each request, twice the backends' load) up to 200 (maxHedges 2, three times the load)",fieldPath=".budget.maxExtraLoadPercent"
 // +kubebuilder:validation:XValidation:rule="!has(self.delay.mode) || self.delay.mode != 'FanOut' || (!(has(self.allowNonIdempotent) && self.allowNonIdempotent) && (!has(self.match) || !has(self.match.methods) || self.match.methods.all(m, m in ['GET', 'HEAD'])))",message="delay.mode FanOut copies every request it matches: only GET and HEAD may be fanned out (leave allowNonIdempotent unset)",fieldPath=".match.methods"
@@ -503,7 +505,7 @@ type Budget struct {
 }
 
 // PublishTarget names the way hedge settings reach Envoy.
-// +kubebuilder:validation:Enum=XDS;Istio
+// +kubebuilder:validation:Enum=XDS;Istio;EnvoyGateway
 type PublishTarget string
 
 const (
@@ -511,11 +513,18 @@ const (
 	PublishXDS PublishTarget = "XDS"
 	// PublishIstio writes an Istio EnvoyFilter next to the policy.
 	PublishIstio PublishTarget = "Istio"
+	// PublishEnvoyGateway writes an EnvoyPatchPolicy for each Envoy Gateway
+	// Gateway whose HTTPRoutes send to the Service: the hedge on the routes
+	// of those HTTPRoute rules, and the hedge account on the Gateway's
+	// listeners.
+	PublishEnvoyGateway PublishTarget = "EnvoyGateway"
 )
 
 // Publish says how the hedge settings reach Envoy.
 type Publish struct {
-	// Target is XDS (tailcut's own xDS server and Envoy) or Istio (an EnvoyFilter).
+	// Target is XDS (tailcut's own xDS server and Envoy), Istio (an
+	// EnvoyFilter) or EnvoyGateway (EnvoyPatchPolicies on the Gateways whose
+	// HTTPRoutes send to the Service).
 	// +optional
 	// +kubebuilder:default=XDS
 	Target PublishTarget `json:"target,omitempty"`

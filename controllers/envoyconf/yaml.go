@@ -54,3 +54,15 @@ func MessageYAML(m proto.Message) ([]byte, error) {
 	}
 	return yaml.JSONToYAML(b)
 }
+
+// MessageMap renders a message as the JSON object an Istio EnvoyFilter patch
+// or an Envoy Gateway JSON patch takes as its value (snake_case names, as in
+// Envoy's documentation).
+func MessageMap(m proto.Message) (map[string]any, error) {
+	b, err := jsonOpts.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(b, &out)
+}

@@ -150,12 +150,26 @@ func buildQueries(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.Aut
 		qs.hedgeHint = fmt.Sprintf("the proxies of namespace %s export no %s: Istio before 1.23 needs the mesh's proxyStatsMatcher "+
 			`to include route stats (inclusionRegexps: vhost\..*\.route\..*); until then the budget guard is off`, ns, data["AttemptMetric"])
 	}
+	gateway := policy.Spec.EffectivePublishTarget() == tailcutv1alpha1.PublishEnvoyGateway
+	if gateway {
+		// The hedged routes' own stats on the gateways' Envoys, by the stat
+		// prefix the patch gives them (one per Service port, whatever the
+		// Gateway's namespace).
+		data["HedgedSelector"] = selector([][2]string{{plan.GatewayRouteLabel, plan.GatewayRouteStatPrefix(ns, svc, port)}})
+		data["RetryMetric"] = plan.GatewayRouteMetric("upstream_rq_retry")
+		data["AttemptMetric"] = plan.GatewayRouteMetric("upstream_rq_total")
+		qs.hedgeHint = fmt.Sprintf("no gateway Envoy exports %s{%s=%q}: is Prometheus scraping Envoy Gateway's proxies, and did the EnvoyPatchPolicy apply (its status)?",
+			data["AttemptMetric"], plan.GatewayRouteLabel, plan.GatewayRouteStatPrefix(ns, svc, port))
+	}
 	switch auto.Source {
 	case tailcutv1alpha1.EstimateSourceEnvoy:
 		// On the mesh, Envoy is the clients' sidecars: the hedged routes'
 		// latency histogram, as Envoy records it for the cluster (ms,
-		// truncated).
+		// truncated). At the edge, the gateway's Envoys.
 		data["Metric"] = meshRouteMetric(ns, svc, port, "upstream_rq_time")
+		if gateway {
+			data["Metric"] = plan.GatewayRouteMetric("upstream_rq_time")
+		}
 		data["Selector"] = data["HedgedSelector"]
 		qs.boundScale, qs.edge = 1e-3, envoyEdge
 	case tailcutv1alpha1.EstimateSourceWorkload:

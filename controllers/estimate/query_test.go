@@ -93,6 +93,24 @@ func TestBuiltinQueries(t *testing.T) {
 				attempts:       `sum(increase(envoy_vhost_cart_shop_svc_cluster_local_8080_route_tailcut_hedged_upstream_rq_total{namespace="shop"}[2m]))`,
 			},
 		},
+		{
+			// The names a real Envoy Gateway's Envoy exported for the route
+			// stats in TestGatewayHedgesWithRealEnvoyGateway:
+			// envoy_vhost_route_upstream_rq_total{envoy_virtual_host="shop/public/http/*",envoy_route="tailcut_shop_api_8080"}.
+			name: "Envoy at an Envoy Gateway Gateway: the hedged routes' own histogram and counters, by their stat prefix",
+			policy: func(p *tailcutv1alpha1.HedgePolicy) {
+				p.Spec.Publish.Target = tailcutv1alpha1.PublishEnvoyGateway
+			},
+			rng: 2 * time.Minute,
+			want: querySet{
+				buckets:        `sum by (le) (increase(envoy_vhost_route_upstream_rq_time_bucket{envoy_route="tailcut_shop_cart_8080"}[2m]))`,
+				prevBuckets:    `sum by (le) (increase(envoy_vhost_route_upstream_rq_time_bucket{envoy_route="tailcut_shop_cart_8080"}[2m] offset 2m))`,
+				lastBuckets:    `sum by (le) (increase(envoy_vhost_route_upstream_rq_time_bucket{envoy_route="tailcut_shop_cart_8080"}[30s]))`,
+				earlierBuckets: `sum by (le) (increase(envoy_vhost_route_upstream_rq_time_bucket{envoy_route="tailcut_shop_cart_8080"}[30s] offset 30s))`,
+				retries:        `sum(increase(envoy_vhost_route_upstream_rq_retry{envoy_route="tailcut_shop_cart_8080"}[2m]))`,
+				attempts:       `sum(increase(envoy_vhost_route_upstream_rq_total{envoy_route="tailcut_shop_cart_8080"}[2m]))`,
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy()

@@ -58,7 +58,7 @@ const (
 // back the hedges Envoy never sent (#23); a Lua filter, which Envoy runs only
 // on answered requests, could not.
 func AccountFilter(namespace string, module []byte) (*unstructured.Unstructured, error) {
-	filter, err := asMap(envoyconf.HedgeAccountInlineFilter(module))
+	filter, err := envoyconf.MessageMap(envoyconf.HedgeAccountInlineFilter(module))
 	if err != nil {
 		return nil, err
 	}

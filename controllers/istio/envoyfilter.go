@@ -20,7 +20,6 @@ limitations under the License.
 package istio
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,8 +27,6 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -140,15 +137,15 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 	if p.Hedge != nil {
 		merged.Metadata = envoyconf.HedgeAccount(p, meshRetries(p.Hedge))
 	}
-	hedgedRoute, err := asMap(merged)
+	hedgedRoute, err := envoyconf.MessageMap(merged)
 	if err != nil {
 		return nil, err
 	}
-	unhedged, err := asMap(unhedgedRoute(p, host))
+	unhedged, err := envoyconf.MessageMap(unhedgedRoute(p, host))
 	if err != nil {
 		return nil, err
 	}
-	bypass, err := asMap(bypassRoute(p, host))
+	bypass, err := envoyconf.MessageMap(bypassRoute(p, host))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +178,7 @@ func EnvoyFilter(p plan.RoutePlan, context tailcutv1alpha1.IstioContext) (*unstr
 		}},
 	}}
 	if p.Affinity != nil {
-		lb, err := asMap(envoyconf.AffinityLoadBalancer(p.Affinity))
+		lb, err := envoyconf.MessageMap(envoyconf.AffinityLoadBalancer(p.Affinity))
 		if err != nil {
 			return nil, err
 		}
@@ -332,15 +329,4 @@ func unhedgedAction(p plan.RoutePlan, host string) *routev3.RouteAction {
 		a.HashPolicy = envoyconf.AffinityHashPolicy(p.Affinity)
 	}
 	return a
-}
-
-// asMap renders an Envoy message as the JSON object an EnvoyFilter patch value
-// is (proto field names, as Envoy's documentation spells them).
-func asMap(m proto.Message) (map[string]any, error) {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]any
-	return out, json.Unmarshal(b, &out)
 }

@@ -16,11 +16,7 @@ limitations under the License.
 
 package istio
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
-)
+import "github.com/tailcut/tailcut/controllers/plan"
 
 // maxObjectName is a DNS subdomain's length, the bound on object names;
 // maxLabelValue bounds a label's value.
@@ -32,22 +28,9 @@ const (
 // FilterName is the EnvoyFilter of a policy, in the policy's namespace. A
 // policy's name may be as long as the EnvoyFilter's may; with the prefix a
 // long one is cut and told apart by a hash (bounded).
-func FilterName(policy string) string { return bounded("tailcut-"+policy, maxObjectName) }
+func FilterName(policy string) string { return plan.Bounded("tailcut-"+policy, maxObjectName) }
 
 // policyLabel is the value of LabelPolicy: the policy's name, or for a name
 // longer than a label value may be, its start and a hash. The full name is
 // in the AnnotationPolicy annotation.
-func policyLabel(policy string) string { return bounded(policy, maxLabelValue) }
-
-// bounded returns s if it fits in n characters, else its start and a hash of
-// s, in n. s is a DNS subdomain, so the result is one, and a label value.
-func bounded(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	hash := hex.EncodeToString(sum[:])[:10]
-	// Each dot-separated part, and a label value, ends in a letter or digit.
-	head := strings.TrimRight(s[:n-len(hash)-1], "-.")
-	return head + "-" + hash
-}
+func policyLabel(policy string) string { return plan.Bounded(policy, maxLabelValue) }

@@ -16,7 +16,12 @@ limitations under the License.
 
 package plan
 
-import "fmt"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
 
 // The Envoy cluster names of a Service port are a contract between the xDS
 // translator, which names the clusters, and the estimator, which reads their
@@ -103,3 +108,37 @@ func promName(s string) string {
 func promNameChar(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
+
+// Bounded returns s if it fits in n characters, else its start and a hash of
+// s, in n: the name of an object a publisher writes for a policy, or a label
+// value, whatever the policy's name. s is a DNS subdomain, so the result is
+// one, and a label value.
+func Bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	hash := hex.EncodeToString(sum[:])[:10]
+	// Each dot-separated part, and a label value, ends in a letter or digit.
+	head := strings.TrimRight(s[:n-len(hash)-1], "-.")
+	return head + "-" + hash
+}
+
+// GatewayRouteStatPrefix is the stat_prefix of the routes the Envoy Gateway
+// publisher hedges for a Service port: Envoy then keeps route stats for them,
+// which its default tag extraction exports as
+// envoy_vhost_route_<stat>{envoy_route="<prefix>"}, and the estimator reads
+// (GatewayRouteLabel). A gateway's virtual host is a hostname's, shared by
+// every Service behind it, so the prefix names the Service port.
+func GatewayRouteStatPrefix(namespace, service string, port int32) string {
+	return fmt.Sprintf("tailcut_%s_%s_%d", namespace, service, port)
+}
+
+// GatewayRouteMetric is the Prometheus name of a route stat
+// (upstream_rq_time, upstream_rq_total, upstream_rq_retry) on an Envoy
+// Gateway proxy, and GatewayRouteLabel the label that carries the route's
+// stat prefix: Envoy Gateway keeps Envoy's default tag extractors.
+func GatewayRouteMetric(stat string) string { return "envoy_vhost_route_" + stat }
+
+// GatewayRouteLabel: see GatewayRouteMetric.
+const GatewayRouteLabel = "envoy_route"

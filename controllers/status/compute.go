@@ -96,7 +96,7 @@ func (c *computation) compute(o Outcome) {
 		c.ready(false)
 		return
 	case o.PublisherAbsent != "":
-		c.set(tailcutv1alpha1.ConditionProgrammed, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator", o.PublisherAbsent))
+		c.set(tailcutv1alpha1.ConditionProgrammed, false, tailcutv1alpha1.ReasonPublisherAbsent, fmt.Sprintf("no %s publisher runs in this operator%s", o.PublisherAbsent, howToEnable[o.PublisherAbsent]))
 	case o.PublishError != nil:
 		c.set(tailcutv1alpha1.ConditionProgrammed, false, tailcutv1alpha1.ReasonPublishFailed, o.PublishError.Error())
 	case o.Program != nil:
@@ -228,4 +228,12 @@ func Truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// howToEnable says, for a publish target whose publisher is off, what turns
+// it on.
+var howToEnable = map[tailcutv1alpha1.PublishTarget]string{
+	tailcutv1alpha1.PublishXDS:          ": it needs --xds-address (the chart sets it)",
+	tailcutv1alpha1.PublishIstio:        ": install the chart with istio.enabled=true (operator flag --istio)",
+	tailcutv1alpha1.PublishEnvoyGateway: ": install the chart with envoyGateway.enabled=true (operator flag --envoy-gateway)",
 }

@@ -53,7 +53,7 @@ func TestSamplesApplyWithKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl apply -k config/samples: %v\n%s", err, out)
 	}
-	for _, name := range []string{"hedgepolicy.tailcut.io/checkout created", "hedgepolicy.tailcut.io/catalog-static created", "hedgepolicy.tailcut.io/sessions-affinity created", "hedgepolicy.tailcut.io/search-fanout created"} {
+	for _, name := range []string{"hedgepolicy.tailcut.io/checkout created", "hedgepolicy.tailcut.io/catalog-static created", "hedgepolicy.tailcut.io/sessions-affinity created", "hedgepolicy.tailcut.io/search-fanout created", "hedgepolicy.tailcut.io/storefront-edge created"} {
 		if !strings.Contains(out, name) {
 			t.Errorf("kubectl output lacks %q:\n%s", name, out)
 		}

@@ -113,6 +113,13 @@ var valueSets = []valueSet{
 		set:   []string{"monitoring.enabled=true"},
 		kinds: map[string]int{"ServiceMonitor": 2, "PrometheusRule": 1},
 	},
+	{
+		// Envoy Gateway mode: one more ClusterRole and binding, for
+		// EnvoyPatchPolicies.
+		name:  "envoy-gateway",
+		set:   []string{"envoyGateway.enabled=true"},
+		kinds: map[string]int{"Deployment": 2, "ClusterRole": 5, "ClusterRoleBinding": 2},
+	},
 }
 
 // namespace is where a value set is installed.
@@ -337,6 +344,48 @@ func TestIstioRightsOnlyWithIstioEnabled(t *testing.T) {
 			}
 			if got := slices.Contains(containerArgs(t, d, "manager"), "--istio"); got != on {
 				t.Errorf("%s: operator has --istio = %v, want %v", v.name, got, on)
+			}
+		}
+	}
+}
+
+// EnvoyPatchPolicy rights and the --envoy-gateway flag come with
+// envoyGateway.enabled, exactly as config/rbac/envoygateway_role.yaml grants
+// them, and without it the operator gets no right on Envoy Gateway's or the
+// Gateway API's resources.
+func TestEnvoyGatewayRightsOnlyWithEnvoyGatewayEnabled(t *testing.T) {
+	generated := decodeObjects(t, mustRead(t, repo("config", "rbac", "envoygateway_role.yaml")))
+	want, _ := generated[0].Object["rules"].([]any)
+	gatewayGroups := []string{"gateway.envoyproxy.io", "gateway.networking.k8s.io"}
+	for _, v := range []valueSet{valueSets[0], valueSets[len(valueSets)-1]} {
+		on := v.name == "envoy-gateway"
+		objs := render(t, v)
+		found := false
+		for _, r := range byKind(objs, "ClusterRole") {
+			rules, _, _ := unstructured.NestedSlice(r.Object, "rules")
+			if r.GetName() == "tailcut-envoy-gateway" {
+				found = true
+				if !equalJSON(t, rules, want) {
+					t.Errorf("%s: ClusterRole %s rules differ from config/rbac/envoygateway_role.yaml:\n got %v\nwant %v", v.name, r.GetName(), rules, want)
+				}
+				continue
+			}
+			for _, rule := range rules {
+				groups, _, _ := unstructured.NestedStringSlice(rule.(map[string]any), "apiGroups")
+				if slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(gatewayGroups, g) }) {
+					t.Errorf("%s: %s grants %v outside the Envoy Gateway role", v.name, ref(r), groups)
+				}
+			}
+		}
+		if found != on {
+			t.Errorf("%s: ClusterRole tailcut-envoy-gateway rendered = %v, want %v", v.name, found, on)
+		}
+		for _, d := range byKind(objs, "Deployment") {
+			if d.GetName() != "tailcut" {
+				continue
+			}
+			if got := slices.Contains(containerArgs(t, d, "manager"), "--envoy-gateway"); got != on {
+				t.Errorf("%s: operator has --envoy-gateway = %v, want %v", v.name, got, on)
 			}
 		}
 	}

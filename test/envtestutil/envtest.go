@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -71,6 +72,41 @@ func IstioCRDs() (string, error) {
 		return "", fmt.Errorf("the Istio CRDs: %w", err)
 	}
 	return path, nil
+}
+
+// EnvoyGatewayCRDs are the Gateway API CRDs and Envoy Gateway's
+// EnvoyPatchPolicy CRD, from the Envoy Gateway module that built bin (its
+// Helm chart's CRDs). `go mod download` fetches the module when this
+// machine's module cache lacks it.
+func EnvoyGatewayCRDs(bin string) ([]string, error) {
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("go version -m %s: %w", bin, err)
+	}
+	version := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "mod" && f[1] == "github.com/envoyproxy/gateway" {
+			version = f[2]
+		}
+	}
+	if version == "" {
+		return nil, fmt.Errorf("%s was not built from the module github.com/envoyproxy/gateway", bin)
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/envoyproxy/gateway@"+version)
+	cmd.Dir = RepoRoot()
+	out, err = cmd.Output()
+	var mod struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &mod); err != nil || jerr != nil || mod.Error != "" {
+		return nil, fmt.Errorf("downloading github.com/envoyproxy/gateway@%s: %v %v %s", version, err, jerr, mod.Error)
+	}
+	crds := filepath.Join(mod.Dir, "charts", "gateway-helm", "charts", "crds", "crds")
+	paths := []string{filepath.Join(crds, "gatewayapi-crds.yaml"), filepath.Join(crds, "generated", "gateway.envoyproxy.io_envoypatchpolicies.yaml")}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("the CRDs in the Envoy Gateway module: %w", err)
+		}
+	}
+	return paths, nil
 }
 
 // Start starts an API server with the CRDs in extraCRDDirs (directories or

@@ -25,6 +25,18 @@ pub struct Terms {
     /// The route's num_retries; where it exceeds the hedges (a mesh's failure
     /// retries), a hedged request is capped at its hedges.
     pub retries: i64,
+    /// The methods the route hedges, comma-separated ("GET,HEAD"); empty:
+    /// every method. On Envoy Gateway the route serves every method of its
+    /// HTTPRoute rule, so the account keeps the others unhedged; tailcut's
+    /// own routes and Istio's split methods into routes and leave it empty.
+    pub methods: String,
+}
+
+impl Terms {
+    /// Whether a request with this method may be hedged.
+    pub fn hedges_method(&self, method: &str) -> bool {
+        self.methods.is_empty() || self.methods.split(',').any(|m| m == method)
+    }
 }
 
 /// What the account gives a request.

@@ -78,6 +78,15 @@ mod filter {
             for h in CLIENT_HEADERS {
                 self.set_http_request_header(h, None);
             }
+            let method = self.get_http_request_header(":method").unwrap_or_default();
+            if !terms.hedges_method(&method) {
+                // A method the policy does not hedge, on a route that serves
+                // every method (Envoy Gateway): never hedged, never retried,
+                // so a POST runs once.
+                self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some("0"));
+                self.set_http_request_header("x-envoy-max-retries", Some("0"));
+                return Action::Continue;
+            }
             let (grant, c) = ACCOUNTS.with_borrow_mut(|a| a.admit(now, &terms));
             if grant.hedges == 0 {
                 // No per-try timeout, so no hedge; the route's failure

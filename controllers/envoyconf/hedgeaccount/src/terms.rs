@@ -23,7 +23,7 @@ pub fn from_metadata(b: &[u8]) -> Option<Terms> {
     if n > b.len() / 8 || 4 + 8 * n > b.len() {
         return None;
     }
-    let mut t = Terms { account: String::new(), ratio: 0.0, window: 0, hedges: 0, late_below: 0, late_ms: 0, retries: -1 };
+    let mut t = Terms { account: String::new(), ratio: 0.0, window: 0, hedges: 0, late_below: 0, late_ms: 0, retries: -1, methods: String::new() };
     let mut have = 0u8;
     let mut off = 4 + 8 * n;
     for i in 0..n {
@@ -36,6 +36,10 @@ pub fn from_metadata(b: &[u8]) -> Option<Terms> {
         if k == b"account" {
             t.account = String::from_utf8(v.to_vec()).ok()?;
             have |= 1;
+            continue;
+        }
+        if k == b"methods" {
+            t.methods = String::from_utf8(v.to_vec()).ok()?;
             continue;
         }
         let Some(f) = number(v) else { continue };

@@ -9,7 +9,7 @@ use crate::terms::from_metadata;
 
 /// A 5% budget over 30 s, one hedge, late below 5 hedges left.
 fn terms() -> Terms {
-    Terms { account: "shop/web".into(), ratio: 0.05, window: 30, hedges: 1, late_below: 5, late_ms: 30, retries: 1 }
+    Terms { account: "shop/web".into(), ratio: 0.05, window: 30, hedges: 1, late_below: 5, late_ms: 30, retries: 1, methods: String::new() }
 }
 
 /// Sends n requests at second now that are answered unhedged.
@@ -166,6 +166,14 @@ fn terms_from_metadata() {
     let mut yaml_ratio = full.clone();
     yaml_ratio[1].1 = b"0.05".to_vec();
     assert_eq!(from_metadata(&encode_pairs(&yaml_ratio)).map(|t| t.ratio), Some(0.05));
+    let mut with_methods = full.clone();
+    with_methods.push(("methods", b"GET,HEAD".to_vec()));
+    let gateway = from_metadata(&encode_pairs(&with_methods)).expect("terms with methods");
+    assert_eq!(gateway.methods, "GET,HEAD");
+    for (method, hedged) in [("GET", true), ("HEAD", true), ("POST", false), ("GE", false), ("get", false), ("", false)] {
+        assert_eq!(gateway.hedges_method(method), hedged, "{method} with methods GET,HEAD");
+    }
+    assert!(terms().hedges_method("POST"), "no methods term: every method, as on split routes");
     let mut zero_window = full.clone();
     zero_window[2].1 = num(0.0);
     let count_too_big = (1u32 << 30).to_le_bytes().to_vec();
