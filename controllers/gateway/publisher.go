@@ -62,6 +62,14 @@ type Publisher struct {
 
 	mu        sync.Mutex
 	published map[types.NamespacedName]published
+	accounts  map[types.NamespacedName]accountMemo
+}
+
+// accountMemo is a Gateway's rendered account patch (accountPolicy).
+type accountMemo struct {
+	listeners string
+	policy    *unstructured.Unstructured
+	version   string
 }
 
 // published is what Publish last did for a policy.
@@ -108,11 +116,16 @@ func (p *Publisher) Publish(ctx context.Context, owner publish.Owner, rp plan.Ro
 		if err != nil {
 			return &publish.UnpublishableError{Err: err}
 		}
-		version, err := p.apply(ctx, u, owner)
+		// The account first: a hedged route whose account is missing
+		// would hedge without a budget.
+		if err := p.ensureAccount(ctx, a.Gateway); err != nil {
+			return err
+		}
+		version, err := specHash(u)
 		if err != nil {
 			return err
 		}
-		if err := p.ensureAccount(ctx, a.Gateway); err != nil {
+		if err := p.apply(ctx, u, version, owner); err != nil {
 			return err
 		}
 		keep[client.ObjectKeyFromObject(u)] = true
@@ -185,23 +198,19 @@ func (p *Publisher) discover(ctx context.Context, rp plan.RoutePlan) (Routes, er
 	return Attachments(list, gateways, rp.Namespace, rp.Service, rp.Port), nil
 }
 
-// apply writes a patch policy unless the cluster holds this version, and
-// returns the version.
-func (p *Publisher) apply(ctx context.Context, u *unstructured.Unstructured, owner publish.Owner) (string, error) {
-	version, err := specHash(u)
-	if err != nil {
-		return "", err
-	}
+// apply writes a patch policy (u, whose content hash is version) unless the
+// cluster holds this version.
+func (p *Publisher) apply(ctx context.Context, u *unstructured.Unstructured, version string, owner publish.Owner) error {
 	existing, err := p.get(ctx, client.ObjectKeyFromObject(u))
 	if err != nil {
-		return "", err
+		return err
 	}
 	if existing != nil && existing.GetLabels()[LabelManagedBy] != ManagedBy {
-		return "", &publish.UnpublishableError{Err: fmt.Errorf("EnvoyPatchPolicy %s/%s exists and is not tailcut's (no label %s=%s); tailcut leaves it alone: rename or delete it",
+		return &publish.UnpublishableError{Err: fmt.Errorf("EnvoyPatchPolicy %s/%s exists and is not tailcut's (no label %s=%s); tailcut leaves it alone: rename or delete it",
 			existing.GetNamespace(), existing.GetName(), LabelManagedBy, ManagedBy)}
 	}
 	if existing != nil && existing.GetAnnotations()[AnnotationVersion] == version {
-		return version, nil
+		return nil
 	}
 	annotations := u.GetAnnotations()
 	if annotations == nil {
@@ -217,25 +226,53 @@ func (p *Publisher) apply(ctx context.Context, u *unstructured.Unstructured, own
 	}
 	if err := p.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		if meta.IsNoMatchError(err) {
-			return "", fmt.Errorf("the EnvoyPatchPolicy API (gateway.envoyproxy.io/v1alpha1) is not installed: is Envoy Gateway in this cluster? %w", err)
+			return fmt.Errorf("the EnvoyPatchPolicy API (gateway.envoyproxy.io/v1alpha1) is not installed: is Envoy Gateway in this cluster? %w", err)
 		}
-		return "", fmt.Errorf("applying EnvoyPatchPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		return fmt.Errorf("applying EnvoyPatchPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}
-	return version, nil
+	return nil
 }
 
 // ensureAccount applies the Gateway's account patch unless it holds this
 // version.
 func (p *Publisher) ensureAccount(ctx context.Context, gw Gateway) error {
-	if !bytes.HasPrefix(p.AccountModule, []byte("\x00asm")) {
-		return fmt.Errorf("the Envoy Gateway publisher has no hedge account module")
-	}
-	u, err := AccountPolicy(gw, p.AccountModule)
+	u, version, err := p.accountPolicy(gw)
 	if err != nil {
 		return err
 	}
-	_, err = p.apply(ctx, u, publish.Owner{})
-	return err
+	return p.apply(ctx, u, version, publish.Owner{})
+}
+
+// accountPolicy is AccountPolicy for the Gateway and its version, rendered
+// once per Gateway and set of listeners: it carries the module (over 100 KB
+// in base64 per listener), and every evaluation of every policy on the
+// Gateway asks for it.
+func (p *Publisher) accountPolicy(gw Gateway) (*unstructured.Unstructured, string, error) {
+	if !bytes.HasPrefix(p.AccountModule, []byte("\x00asm")) {
+		return nil, "", fmt.Errorf("the Envoy Gateway publisher has no hedge account module")
+	}
+	listeners := strings.Join(gw.Listeners, ",")
+	p.mu.Lock()
+	memo, ok := p.accounts[gw.Key]
+	p.mu.Unlock()
+	if !ok || memo.listeners != listeners {
+		u, err := AccountPolicy(gw, p.AccountModule)
+		if err != nil {
+			return nil, "", err
+		}
+		version, err := specHash(u)
+		if err != nil {
+			return nil, "", err
+		}
+		memo = accountMemo{listeners: listeners, policy: u, version: version}
+		p.mu.Lock()
+		if p.accounts == nil {
+			p.accounts = map[types.NamespacedName]accountMemo{}
+		}
+		p.accounts[gw.Key] = memo
+		p.mu.Unlock()
+	}
+	return memo.policy.DeepCopy(), memo.version, nil
 }
 
 // removeExcept deletes the policy's patches but those in keep, then the
@@ -280,6 +317,9 @@ func (p *Publisher) releaseAccount(ctx context.Context, gw types.NamespacedName)
 			return nil
 		}
 	}
+	p.mu.Lock()
+	delete(p.accounts, gw)
+	p.mu.Unlock()
 	account, err := p.get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: AccountPolicyName(gw.Name)})
 	if err != nil || account == nil || account.GetLabels()[LabelManagedBy] != ManagedBy {
 		return err
