@@ -36,10 +36,11 @@ import (
 // waits for it: a slow or hung Prometheus delays delay changes, never endpoint
 // or route updates.
 //
-// For the Envoy source, one tick sends three queries whatever the number of
+// For the Envoy source, one tick sends six queries whatever the number of
 // policies: the cumulative latency histogram and the hedge and request
 // counters of every hedged cluster (hedgedClusters), one series per proxy,
-// and when Prometheus scraped those counters. The sampler keeps these totals
+// when Prometheus scraped those counters, and each endpoint's request
+// counter, requests in flight and when they were scraped (endpoints.go). The sampler keeps these totals
 // for two windows. A policy's reading over any span is the difference of two
 // ticks, computed when its reconcile asks for it (Estimate), from memory,
 // proxy by proxy, and then summed (increase says how a restart, a missed
@@ -231,6 +232,9 @@ func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
 	}
 	if sc.envoy {
 		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick, sc.retain)
+		if scrapes, ok := s.readEndpoints(ctx, now); ok {
+			s.p.memory.addEndpoints(now, scrapes)
+		}
 	}
 	due := s.due(sc.auto, now, sc.tick)
 	s.readOwn(ctx, due, now)
@@ -297,6 +301,47 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 		cluster(smp).scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
 	}
 	return t
+}
+
+// readEndpoints reads every hedged cluster's per-endpoint scrapes
+// (endpoints.go). A failed query reads nothing: the loads held age out.
+func (s *Sampler) readEndpoints(ctx context.Context, now time.Time) (map[string]map[endpointSeries]endpointScrape, bool) {
+	var totals, active, scraped answer
+	var wg sync.WaitGroup
+	for q, dst := range map[string]*answer{sampleEndpointTotals: &totals, sampleEndpointActive: &active, sampleEndpointScrapeAt: &scraped} {
+		wg.Go(func() {
+			v, err := s.p.query(ctx, q, now)
+			*dst = answer{v, err}
+		})
+	}
+	wg.Wait()
+	if totals.err != nil || active.err != nil || scraped.err != nil {
+		return nil, false
+	}
+	byID := func(a answer) map[uint64]*model.Sample {
+		vec, _ := a.v.(model.Vector)
+		m := make(map[uint64]*model.Sample, len(vec))
+		for _, smp := range vec {
+			m[model.SignatureWithoutLabels(smp.Metric, notProxy)] = smp
+		}
+		return m
+	}
+	inFlight, at := byID(active), byID(scraped)
+	out := map[string]map[endpointSeries]endpointScrape{}
+	for id, smp := range byID(totals) {
+		a, ts := inFlight[id], at[id]
+		if a == nil || ts == nil {
+			continue
+		}
+		cluster := string(smp.Metric[envoyClusterLabel])
+		if out[cluster] == nil {
+			out[cluster] = map[endpointSeries]endpointScrape{}
+		}
+		out[cluster][endpointSeries{address: string(smp.Metric[endpointLabel]), proxy: id}] = endpointScrape{
+			at: time.UnixMilli(int64(float64(ts.Value) * 1000)), total: float64(smp.Value), active: float64(a.Value),
+		}
+	}
+	return out, true
 }
 
 // readOwn sends the per-policy queries of Workload and Custom policies.

@@ -173,10 +173,10 @@ func TestSamplerForgets(t *testing.T) {
 	}
 }
 
-// TestSamplerQueries: the sampler's three queries parse, read every hedged
+// TestSamplerQueries: the sampler's six queries parse, read every hedged
 // cluster, and can never read a bypass cluster or the xDS cluster.
 func TestSamplerQueries(t *testing.T) {
-	for _, q := range []string{sampleBuckets, sampleCounters, sampleScraped} {
+	for _, q := range []string{sampleBuckets, sampleCounters, sampleScraped, sampleEndpointTotals, sampleEndpointActive, sampleEndpointScrapeAt} {
 		if err := checkPromQL(q, true, nil); err != nil {
 			t.Errorf("%s: %v", q, err)
 		}

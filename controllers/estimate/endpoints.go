@@ -1,0 +1,309 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package estimate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/controllers/plan"
+)
+
+// One slow replica of three makes a third of the requests slow, far more
+// than any budget of a few percent can hedge (outOfReach). tailcut owns the
+// hedged cluster's endpoints in xDS mode, so it can act there instead: it
+// weighs the slow endpoint down until it takes about half the budget's share
+// of the requests, and hedging covers the rest (issue #26).
+//
+// An endpoint's mean latency comes from Little's law over Envoy's
+// per-endpoint stats on the hedged cluster: the requests it has in flight on
+// average (the rq_active gauge at each scrape) divided by the requests it is
+// sent per second (the rq_total counter's increase between the first and the
+// last scrape). Envoy keeps no latency histogram per endpoint; these two are
+// enough to tell one endpoint answering in 116 ms from two in 16 ms.
+//
+// The sampler reads both raw, one series per proxy, with their scrape times,
+// and keeps each series' scrapes for endpointWindow (endpointHistory):
+// PromQL's rate() divides by the whole window while avg_over_time averages
+// only the samples there are, so for a series younger than the window (a new
+// pod, a new proxy) their ratio overstated the mean by the window over the
+// series' age (in the local stack, 50 s after the start: 46 ms read for
+// endpoints answering in 16 ms).
+const (
+	// endpointWindow is the span of the per-endpoint reading: 20 scrapes of
+	// the in-flight gauge at the chart's 15 s scrape interval, enough for
+	// minInFlightSeen at about one request in flight.
+	endpointWindow = 5 * time.Minute
+	// slowEndpointFactor: an endpoint is slow when its mean latency is this
+	// many times the median endpoint's or more.
+	slowEndpointFactor = 2.0
+	// recoveredFactor: a weighted endpoint gets its weight back when its mean
+	// falls below this many times the median. In between it stays weighted:
+	// hedges cut its slow attempts short (the hedge answers, Envoy cancels
+	// the first attempt), so its mean reads lower than the time it takes.
+	recoveredFactor = 1.5
+	// minEndpointRequests and minInFlightSeen: an endpoint is judged on at
+	// least this many requests in the window, and this many requests seen in
+	// flight over its scrapes (the gauges' sum). The count in flight at a
+	// scrape is about Poisson, so its mean over the scrapes is known to
+	// 1/sqrt(that sum): 25% at 16. Two alike endpoints then read 2x apart
+	// (slowEndpointFactor) about once in 10^4 readings; at one request in
+	// flight and 35 scrapes (the local stack's 2 s scrapes over 70 s) the
+	// median read 13.1 ms beside two busy loops for replicas answering in 15
+	// ms or more. One with fewer keeps what it had, until weightHold.
+	minEndpointRequests = 50
+	minInFlightSeen     = 16
+	// weightHold: an endpoint weighted down, and sent too little since to be
+	// judged again, gets its full weight back this long after it was
+	// weighted, as Envoy's outlier detection ends an ejection: if still slow,
+	// the next readings weigh it down again.
+	weightHold = 5 * time.Minute
+	// minEndpoints: weighing down takes three endpoints or more, and at most
+	// a third of them are weighted: the others take their load.
+	minEndpoints = 3
+)
+
+// The sampler's per-endpoint queries, one each per tick for every hedged
+// cluster: every proxy's series, and when it was scraped.
+var (
+	sampleEndpointTotals   = `envoy_cluster_endpoint_rq_total{` + envoyClusterLabel + `=~"` + hedgedClusters + `"}`
+	sampleEndpointActive   = `envoy_cluster_endpoint_rq_active{` + envoyClusterLabel + `=~"` + hedgedClusters + `"}`
+	sampleEndpointScrapeAt = `timestamp(` + sampleEndpointTotals + `)`
+)
+
+const endpointLabel = "envoy_endpoint_address"
+
+// EndpointsUnread is Result.EndpointsNote while no per-endpoint reading has
+// come for the policy's cluster: EndpointsBalanced is then Unknown.
+const EndpointsUnread = "no per-endpoint reading yet"
+
+// endpointScrape is one scrape of one proxy's stats for one endpoint.
+type endpointScrape struct {
+	at            time.Time
+	total, active float64
+}
+
+// endpointSeries names one proxy's series for one endpoint of a cluster.
+type endpointSeries struct {
+	address string
+	proxy   uint64 // the labels but the name (model.SignatureWithoutLabels)
+}
+
+// endpointHistory is every hedged cluster's per-endpoint scrapes over the
+// last endpointWindow, oldest first, and when they were last read.
+type endpointHistory struct {
+	read      time.Time
+	byCluster map[string]map[endpointSeries][]endpointScrape
+}
+
+// add records a tick's scrapes (a scrape already held, read again at a later
+// tick, is kept once) and forgets those older than endpointWindow.
+func (h *endpointHistory) add(now time.Time, scrapes map[string]map[endpointSeries]endpointScrape) {
+	if h.byCluster == nil {
+		h.byCluster = map[string]map[endpointSeries][]endpointScrape{}
+	}
+	h.read = now
+	for cluster, series := range scrapes {
+		held := h.byCluster[cluster]
+		if held == nil {
+			held = map[endpointSeries][]endpointScrape{}
+			h.byCluster[cluster] = held
+		}
+		for id, sc := range series {
+			if n := len(held[id]); n == 0 || sc.at.After(held[id][n-1].at) {
+				held[id] = append(held[id], sc)
+			}
+		}
+	}
+	since := now.Add(-endpointWindow)
+	for cluster, held := range h.byCluster {
+		for id, scs := range held {
+			i := 0
+			for i < len(scs) && scs[i].at.Before(since) {
+				i++
+			}
+			if i == len(scs) {
+				delete(held, id)
+				continue
+			}
+			held[id] = slices.Clip(scs[i:])
+		}
+		if len(held) == 0 {
+			delete(h.byCluster, cluster)
+		}
+	}
+}
+
+// loads are the cluster's endpoints' loads over the scrapes held, each
+// proxy's counted over its own scrapes and then summed: a series younger than
+// the window counts over its age, and a counter that fell (a proxy's
+// restart) counts from zero again.
+func (h *endpointHistory) loads(cluster string) []endpointLoad {
+	byAddress := map[string]*endpointLoad{}
+	var order []string
+	for id, scs := range h.byCluster[cluster] {
+		if len(scs) < 2 {
+			continue
+		}
+		var increase, active float64
+		for i, sc := range scs {
+			active += sc.active
+			if i == 0 {
+				continue
+			}
+			if d := sc.total - scs[i-1].total; d >= 0 {
+				increase += d
+			} else {
+				increase += sc.total
+			}
+		}
+		l := byAddress[id.address]
+		if l == nil {
+			l = &endpointLoad{Address: id.address}
+			byAddress[id.address] = l
+			order = append(order, id.address)
+		}
+		l.Requests += increase
+		l.InFlightSeen += active
+		l.Rate += increase / scs[len(scs)-1].at.Sub(scs[0].at).Seconds()
+		l.Active += active / float64(len(scs))
+	}
+	slices.Sort(order)
+	out := make([]endpointLoad, 0, len(order))
+	for _, a := range order {
+		out = append(out, *byAddress[a])
+	}
+	return out
+}
+
+// endpointLoad is one endpoint of a hedged cluster over endpointWindow.
+type endpointLoad struct {
+	// Address is Envoy's envoy_endpoint_address: "ip:port".
+	Address string
+	// Requests are the requests (attempts) counted, Rate the requests per
+	// second, Active the requests in flight on average, InFlightSeen the
+	// requests in flight summed over the scrapes.
+	Requests, Rate, Active, InFlightSeen float64
+}
+
+// mean is the endpoint's mean time per request (Little's law).
+func (l endpointLoad) mean() time.Duration {
+	if l.Rate <= 0 {
+		return 0
+	}
+	return time.Duration(l.Active / l.Rate * float64(time.Second))
+}
+
+// judged says whether enough of the endpoint's requests were counted, and
+// seen in flight, to judge its mean (minInFlightSeen).
+func (l endpointLoad) judged() bool {
+	return l.Requests >= minEndpointRequests && l.InFlightSeen >= minInFlightSeen
+}
+
+// slowEndpoints decides which endpoints to weigh down, and their weights,
+// from their loads, the budget and the endpoints weighted now (prior). It
+// says why in note. With no loads (nothing read yet, or Prometheus out) it
+// keeps prior.
+func slowEndpoints(loads []endpointLoad, budgetPercent int32, prior []tailcutv1alpha1.SlowEndpoint, now time.Time) (slow []tailcutv1alpha1.SlowEndpoint, note string) {
+	if len(loads) == 0 {
+		if len(prior) > 0 {
+			return prior, "no per-endpoint reading: the endpoints weighted down stay so"
+		}
+		return nil, EndpointsUnread
+	}
+	if len(loads) < minEndpoints {
+		return nil, fmt.Sprintf("%d endpoints: weighing one down takes %d or more", len(loads), minEndpoints)
+	}
+	var means []time.Duration
+	var total float64
+	for _, l := range loads {
+		total += l.Rate
+		if l.judged() {
+			means = append(means, l.mean())
+		}
+	}
+	if len(means) < minEndpoints-1 {
+		if len(prior) > 0 {
+			return prior, "too few requests to judge the endpoints: the endpoints weighted down stay so"
+		}
+		return nil, fmt.Sprintf("too few requests to judge the endpoints (%d each in %s at least, and %d seen in flight over the scrapes)",
+			minEndpointRequests, promDuration(endpointWindow), minInFlightSeen)
+	}
+	slices.Sort(means)
+	median := means[len(means)/2]
+	if len(means)%2 == 0 {
+		median = (means[len(means)/2-1] + means[len(means)/2]) / 2
+	}
+	was := map[string]tailcutv1alpha1.SlowEndpoint{}
+	for _, s := range prior {
+		was[s.Address] = s
+	}
+	var candidates []endpointLoad
+	for _, l := range loads {
+		p, weighted := was[l.Address]
+		switch {
+		case !l.judged():
+			if weighted && now.Sub(p.Since.Time) < weightHold {
+				candidates = append(candidates, l)
+			}
+		case float64(l.mean()) >= slowEndpointFactor*float64(median),
+			weighted && float64(l.mean()) >= recoveredFactor*float64(median):
+			candidates = append(candidates, l)
+		}
+	}
+	// The slowest first, at most a third of the endpoints.
+	slices.SortFunc(candidates, func(a, b endpointLoad) int { return int(b.mean() - a.mean()) })
+	candidates = candidates[:min(len(candidates), len(loads)/minEndpoints)]
+	if len(candidates) == 0 {
+		return nil, fmt.Sprintf("no endpoint answers in %gx the median endpoint's mean (%s) or more", slowEndpointFactor, median.Round(100*time.Microsecond))
+	}
+	w := endpointWeight(budgetPercent, len(loads), len(candidates))
+	var notes []string
+	for _, l := range candidates {
+		s := tailcutv1alpha1.SlowEndpoint{
+			Address:        l.Address,
+			MeanLatency:    metav1.Duration{Duration: l.mean().Round(100 * time.Microsecond)},
+			MedianLatency:  metav1.Duration{Duration: median.Round(100 * time.Microsecond)},
+			RequestPercent: math.Round(1000*l.Rate/total) / 10,
+			Weight:         w,
+			Since:          metav1.NewTime(now.Truncate(time.Second)),
+		}
+		if p, ok := was[l.Address]; ok {
+			s.Since = p.Since
+		}
+		slow = append(slow, s)
+		notes = append(notes, fmt.Sprintf("%s answers in %s on average against a median of %s (%.1f%% of requests): weight %d of %d",
+			s.Address, s.MeanLatency.Duration, s.MedianLatency.Duration, s.RequestPercent, w, plan.FullWeight))
+	}
+	slices.SortFunc(slow, func(a, b tailcutv1alpha1.SlowEndpoint) int { return strings.Compare(a.Address, b.Address) })
+	return slow, strings.Join(notes, "; ")
+}
+
+// endpointWeight is the weight that gives each of k slow endpoints, among n,
+// half the budget's share of the requests split k ways, against FullWeight
+// for the others: w / (k*w + (n-k)*FullWeight) = share.
+func endpointWeight(budgetPercent int32, n, k int) int32 {
+	share := float64(budgetPercent) / 100 / 2 / float64(k)
+	w := share * float64(n-k) * plan.FullWeight / (1 - float64(k)*share)
+	return int32(max(1, min(plan.FullWeight-1, math.Floor(w))))
+}
