@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
@@ -42,13 +43,14 @@ import (
 // last scrape). Envoy keeps no latency histogram per endpoint; these two are
 // enough to tell one endpoint answering in 116 ms from two in 16 ms.
 //
-// The sampler reads both raw, one series per proxy, with their scrape times,
-// and keeps each series' scrapes for endpointWindow (endpointHistory):
-// PromQL's rate() divides by the whole window while avg_over_time averages
-// only the samples there are, so for a series younger than the window (a new
-// pod, a new proxy) their ratio overstated the mean by the window over the
-// series' age (in the local stack, 50 s after the start: 46 ms read for
-// endpoints answering in 16 ms).
+// Once per evaluation interval the sampler reads both raw over the last
+// endpointWindow, every scrape of every proxy's series with its time, in one
+// query (a range selector), and counts each series over its own scrapes
+// (endpointHistory): PromQL's rate() divides by the whole window while
+// avg_over_time averages only the samples there are, so for a series younger
+// than the window (a new pod, a new proxy) their ratio overstated the mean by
+// the window over the series' age (in the local stack, 50 s after the start:
+// 46 ms read for endpoints answering in 16 ms).
 const (
 	// endpointWindow is the span of the per-endpoint reading: 20 scrapes of
 	// the in-flight gauge at the chart's 15 s scrape interval, enough for
@@ -83,12 +85,15 @@ const (
 	minEndpoints = 3
 )
 
-// The sampler's per-endpoint queries, one each per tick for every hedged
-// cluster: every proxy's series, and when it was scraped.
-var (
-	sampleEndpointTotals   = `envoy_cluster_endpoint_rq_total{` + envoyClusterLabel + `=~"` + hedgedClusters + `"}`
-	sampleEndpointActive   = `envoy_cluster_endpoint_rq_active{` + envoyClusterLabel + `=~"` + hedgedClusters + `"}`
-	sampleEndpointScrapeAt = `timestamp(` + sampleEndpointTotals + `)`
+// sampleEndpoints is the sampler's per-endpoint query, once per evaluation
+// interval for every hedged cluster: every scrape of the request counter and
+// the in-flight gauge in the window, one series per proxy.
+var sampleEndpoints = `{__name__=~"` + endpointTotalMetric + `|` + endpointActiveMetric + `",` + envoyClusterLabel + `=~"` + hedgedClusters +
+	`"}[` + promDuration(endpointWindow) + `]`
+
+const (
+	endpointTotalMetric  = "envoy_cluster_endpoint_rq_total"
+	endpointActiveMetric = "envoy_cluster_endpoint_rq_active"
 )
 
 const endpointLabel = "envoy_endpoint_address"
@@ -110,48 +115,52 @@ type endpointSeries struct {
 }
 
 // endpointHistory is every hedged cluster's per-endpoint scrapes over the
-// last endpointWindow, oldest first, and when they were last read.
+// window of the last reading, oldest first, and when it was read.
 type endpointHistory struct {
 	read      time.Time
 	byCluster map[string]map[endpointSeries][]endpointScrape
 }
 
-// add records a tick's scrapes (a scrape already held, read again at a later
-// tick, is kept once) and forgets those older than endpointWindow.
-func (h *endpointHistory) add(now time.Time, scrapes map[string]map[endpointSeries]endpointScrape) {
-	if h.byCluster == nil {
-		h.byCluster = map[string]map[endpointSeries][]endpointScrape{}
+// endpointScrapes turns the answer to sampleEndpoints into each series'
+// scrapes: a counter and a gauge scraped together share a timestamp.
+func endpointScrapes(m model.Matrix) map[string]map[endpointSeries][]endpointScrape {
+	type key struct {
+		cluster string
+		id      endpointSeries
 	}
-	h.read = now
-	for cluster, series := range scrapes {
-		held := h.byCluster[cluster]
-		if held == nil {
-			held = map[endpointSeries][]endpointScrape{}
-			h.byCluster[cluster] = held
+	active := map[key]map[model.Time]float64{}
+	for _, ss := range m {
+		if ss.Metric[model.MetricNameLabel] != endpointActiveMetric {
+			continue
 		}
-		for id, sc := range series {
-			if n := len(held[id]); n == 0 || sc.at.After(held[id][n-1].at) {
-				held[id] = append(held[id], sc)
+		k := key{string(ss.Metric[envoyClusterLabel]), endpointSeries{string(ss.Metric[endpointLabel]), model.SignatureWithoutLabels(ss.Metric, notProxy)}}
+		at := make(map[model.Time]float64, len(ss.Values))
+		for _, v := range ss.Values {
+			at[v.Timestamp] = float64(v.Value)
+		}
+		active[k] = at
+	}
+	out := map[string]map[endpointSeries][]endpointScrape{}
+	for _, ss := range m {
+		if ss.Metric[model.MetricNameLabel] != endpointTotalMetric {
+			continue
+		}
+		k := key{string(ss.Metric[envoyClusterLabel]), endpointSeries{string(ss.Metric[endpointLabel]), model.SignatureWithoutLabels(ss.Metric, notProxy)}}
+		var scs []endpointScrape
+		for _, v := range ss.Values {
+			if a, ok := active[k][v.Timestamp]; ok {
+				scs = append(scs, endpointScrape{at: v.Timestamp.Time(), total: float64(v.Value), active: a})
 			}
 		}
-	}
-	since := now.Add(-endpointWindow)
-	for cluster, held := range h.byCluster {
-		for id, scs := range held {
-			i := 0
-			for i < len(scs) && scs[i].at.Before(since) {
-				i++
-			}
-			if i == len(scs) {
-				delete(held, id)
-				continue
-			}
-			held[id] = slices.Clip(scs[i:])
+		if len(scs) == 0 {
+			continue
 		}
-		if len(held) == 0 {
-			delete(h.byCluster, cluster)
+		if out[k.cluster] == nil {
+			out[k.cluster] = map[endpointSeries][]endpointScrape{}
 		}
+		out[k.cluster][k.id] = scs
 	}
+	return out
 }
 
 // loads are the cluster's endpoints' loads over the scrapes held, each

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
@@ -186,50 +187,39 @@ func TestAtMostAThirdOfTheEndpointsWeighted(t *testing.T) {
 	}
 }
 
-// TestEndpointHistoryCountsEachSeriesOverItsOwnScrapes: a series younger
-// than the window counts over its age (PromQL's rate() divided its increase
-// by the whole window), a counter that fell counts from zero again, a scrape
-// read again at a later tick counts once, and the proxies' loads add up.
-func TestEndpointHistoryCountsEachSeriesOverItsOwnScrapes(t *testing.T) {
+// TestEndpointLoadsCountEachSeriesOverItsOwnScrapes: from the range query's
+// answer, a series younger than the window counts over its age (PromQL's
+// rate() divided its increase by the whole window), a counter that fell
+// counts from zero again, and the proxies' loads add up.
+func TestEndpointLoadsCountEachSeriesOverItsOwnScrapes(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
-	a := endpointSeries{address: "10.0.0.1:8080", proxy: 1}
-	b := endpointSeries{address: "10.0.0.1:8080", proxy: 2}
-	var h endpointHistory
-	tick := func(at time.Time, scrapes map[endpointSeries]endpointScrape) {
-		h.add(at, map[string]map[endpointSeries]endpointScrape{"tailcut_shop_api_8080": scrapes})
-	}
-	// Proxy 1 appears at t0: 50 requests/s, one in flight at each scrape
-	// (20 ms each). Proxy 2 restarts between its second and third scrape.
-	proxy1 := []float64{0, 750, 1500, 2250}
-	proxy2 := []float64{1000, 1750, 100, 850}
-	for i := range proxy1 {
-		at := t0.Add(time.Duration(i) * 15 * time.Second)
-		scrapes := map[endpointSeries]endpointScrape{
-			a: {at: at, total: proxy1[i], active: 1},
-			b: {at: at, total: proxy2[i], active: 3},
+	series := func(metric, instance string, values ...float64) *model.SampleStream {
+		ss := &model.SampleStream{Metric: model.Metric{
+			model.MetricNameLabel: model.LabelValue(metric), envoyClusterLabel: "tailcut_shop_api_8080",
+			endpointLabel: "10.0.0.1:8080", "instance": model.LabelValue(instance),
+		}}
+		for i, v := range values {
+			ss.Values = append(ss.Values, model.SamplePair{Timestamp: model.TimeFromUnixNano(t0.Add(time.Duration(i) * 15 * time.Second).UnixNano()), Value: model.SampleValue(v)})
 		}
-		tick(at, scrapes)
-		tick(at.Add(5*time.Second), scrapes) // the same scrapes, read again
+		return ss
 	}
+	// Proxy a appears at t0: 50 requests/s, one in flight at each scrape
+	// (20 ms each). Proxy b restarts between its second and third scrape.
+	m := model.Matrix{
+		series(endpointTotalMetric, "a", 0, 750, 1500, 2250),
+		series(endpointActiveMetric, "a", 1, 1, 1, 1),
+		series(endpointTotalMetric, "b", 1000, 1750, 100, 850),
+		series(endpointActiveMetric, "b", 3, 3, 3, 3),
+	}
+	h := endpointHistory{read: t0, byCluster: endpointScrapes(m)}
 	loads := h.loads("tailcut_shop_api_8080")
 	if len(loads) != 1 {
 		t.Fatalf("loads %+v, want one endpoint", loads)
 	}
-	// Proxy 1: 2250 in 45 s, 50/s. Proxy 2: 750 + 100 + 750 = 1600 in 45 s,
-	// 35.6/s. In flight: 1 + 3.
+	// a: 2250 in 45 s, 50/s. b: 750 + 100 + 750 = 1600 in 45 s, 35.6/s. In
+	// flight: 1 + 3 on average, 4 + 12 seen.
 	l := loads[0]
 	if l.Requests != 3850 || math.Abs(l.Rate-(50+1600.0/45)) > 1e-9 || l.Active != 4 || l.InFlightSeen != 16 {
 		t.Errorf("load %+v, want 3850 requests, %.4f/s, 4 in flight, 16 seen in flight", l, 50+1600.0/45)
-	}
-	// A window later only the scrapes of the last window count: proxy 1's
-	// from t0+60s on, and none of proxy 2's (its last was at t0+45s).
-	last := 4 + int(endpointWindow/(15*time.Second))
-	for i := 4; i <= last; i++ {
-		at := t0.Add(time.Duration(i) * 15 * time.Second)
-		tick(at, map[endpointSeries]endpointScrape{a: {at: at, total: 750 * float64(i), active: 2}})
-	}
-	l = h.loads("tailcut_shop_api_8080")[0]
-	if want := 750 * float64(last-4); l.Requests != want || l.Rate != 50 || l.Active != 2 {
-		t.Errorf("a window later: %+v, want %.0f requests, 50/s, 2 in flight", l, want)
 	}
 }

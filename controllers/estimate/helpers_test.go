@@ -80,5 +80,5 @@ func checkInvariants(t *testing.T, p *tailcutv1alpha1.HedgePolicy, res Result) {
 // they model a cluster's stats, not its endpoints' (endpoints_test.go and
 // the local stack's TestOneSlowReplicaIsWeightedDown test those).
 func perEndpointQuery(q string) bool {
-	return q == sampleEndpointTotals || q == sampleEndpointActive || q == sampleEndpointScrapeAt
+	return q == sampleEndpoints
 }

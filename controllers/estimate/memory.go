@@ -317,10 +317,10 @@ func (m *memory) setOwn(key types.NamespacedName, r ownReading) {
 	m.own[key] = r
 }
 
-func (m *memory) addEndpoints(now time.Time, scrapes map[string]map[endpointSeries]endpointScrape) {
+func (m *memory) setEndpoints(now time.Time, scrapes map[string]map[endpointSeries][]endpointScrape) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.endpoints.add(now, scrapes)
+	m.endpoints = endpointHistory{read: now, byCluster: scrapes}
 }
 
 // endpointLoads is the cluster's per-endpoint loads over the scrapes held,

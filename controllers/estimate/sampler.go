@@ -36,11 +36,11 @@ import (
 // waits for it: a slow or hung Prometheus delays delay changes, never endpoint
 // or route updates.
 //
-// For the Envoy source, one tick sends six queries whatever the number of
+// For the Envoy source, one tick sends three queries whatever the number of
 // policies: the cumulative latency histogram and the hedge and request
 // counters of every hedged cluster (hedgedClusters), one series per proxy,
-// when Prometheus scraped those counters, and each endpoint's request
-// counter, requests in flight and when they were scraped (endpoints.go). The sampler keeps these totals
+// and when Prometheus scraped those counters; once per evaluation interval
+// a fourth reads each endpoint's scrapes over a window (endpoints.go). The sampler keeps these totals
 // for two windows. A policy's reading over any span is the difference of two
 // ticks, computed when its reconcile asks for it (Estimate), from memory,
 // proxy by proxy, and then summed (increase says how a restart, a missed
@@ -56,7 +56,7 @@ import (
 // The tick divides the shortest evaluationInterval among Auto policies into
 // ticksPerEval (fewer when a tick would be shorter than minTick, more when
 // longer than maxTick), so that a delay change has two ticks of its own by the
-// next evaluation: at most nine queries per interval. After each tick the
+// next evaluation: at most ten queries per interval. After each tick the
 // sampler enqueues the policies whose interval has passed, so they are
 // evaluated with what it just read.
 const (
@@ -113,6 +113,8 @@ type Sampler struct {
 
 	notified map[types.NamespacedName]time.Time
 	unread   map[types.NamespacedName]bool // the last due evaluation found nothing to read
+	// endpointsAsked is when the per-endpoint query was last sent.
+	endpointsAsked time.Time
 }
 
 var (
@@ -178,10 +180,12 @@ func tickFor(shortest time.Duration) time.Duration {
 
 // scanned is what the sampler reads, from the policies it reads for.
 type scanned struct {
-	auto  []*tailcutv1alpha1.HedgePolicy
-	tick  time.Duration // see tickFor
-	keep  time.Duration // how long readings are kept: two of the longest windows
-	envoy bool          // a policy reads the Envoy source
+	auto []*tailcutv1alpha1.HedgePolicy
+	tick time.Duration // see tickFor
+	// shortest is the shortest evaluation interval.
+	shortest time.Duration
+	keep     time.Duration // how long readings are kept: two of the longest windows
+	envoy    bool          // a policy reads the Envoy source
 	// retain is, for each cluster read for a policy, what memory keeps of it.
 	retain map[string]retention
 }
@@ -219,6 +223,7 @@ func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 		r.keep += 2 * r.spacing
 		sc.retain[c] = r
 	}
+	sc.shortest = sc.tick
 	sc.tick = tickFor(sc.tick)
 	return sc, nil
 }
@@ -231,10 +236,19 @@ func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
 		return minTick
 	}
 	if sc.envoy {
-		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick, sc.retain)
-		if scrapes, ok := s.readEndpoints(ctx, now); ok {
-			s.p.memory.addEndpoints(now, scrapes)
+		// Once per evaluation interval, answered or not, beside the tick's
+		// other queries: it reads the whole window.
+		var wg sync.WaitGroup
+		if now.Sub(s.endpointsAsked) >= sc.shortest-sc.tick/4 {
+			s.endpointsAsked = now
+			wg.Go(func() {
+				if scrapes, ok := s.readEndpoints(ctx, now); ok {
+					s.p.memory.setEndpoints(now, scrapes)
+				}
+			})
 		}
+		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick, sc.retain)
+		wg.Wait()
 	}
 	due := s.due(sc.auto, now, sc.tick)
 	s.readOwn(ctx, due, now)
@@ -305,43 +319,13 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 
 // readEndpoints reads every hedged cluster's per-endpoint scrapes
 // (endpoints.go). A failed query reads nothing: the loads held age out.
-func (s *Sampler) readEndpoints(ctx context.Context, now time.Time) (map[string]map[endpointSeries]endpointScrape, bool) {
-	var totals, active, scraped answer
-	var wg sync.WaitGroup
-	for q, dst := range map[string]*answer{sampleEndpointTotals: &totals, sampleEndpointActive: &active, sampleEndpointScrapeAt: &scraped} {
-		wg.Go(func() {
-			v, err := s.p.query(ctx, q, now)
-			*dst = answer{v, err}
-		})
-	}
-	wg.Wait()
-	if totals.err != nil || active.err != nil || scraped.err != nil {
+func (s *Sampler) readEndpoints(ctx context.Context, now time.Time) (map[string]map[endpointSeries][]endpointScrape, bool) {
+	v, err := s.p.query(ctx, sampleEndpoints, now)
+	if err != nil {
 		return nil, false
 	}
-	byID := func(a answer) map[uint64]*model.Sample {
-		vec, _ := a.v.(model.Vector)
-		m := make(map[uint64]*model.Sample, len(vec))
-		for _, smp := range vec {
-			m[model.SignatureWithoutLabels(smp.Metric, notProxy)] = smp
-		}
-		return m
-	}
-	inFlight, at := byID(active), byID(scraped)
-	out := map[string]map[endpointSeries]endpointScrape{}
-	for id, smp := range byID(totals) {
-		a, ts := inFlight[id], at[id]
-		if a == nil || ts == nil {
-			continue
-		}
-		cluster := string(smp.Metric[envoyClusterLabel])
-		if out[cluster] == nil {
-			out[cluster] = map[endpointSeries]endpointScrape{}
-		}
-		out[cluster][endpointSeries{address: string(smp.Metric[endpointLabel]), proxy: id}] = endpointScrape{
-			at: time.UnixMilli(int64(float64(ts.Value) * 1000)), total: float64(smp.Value), active: float64(a.Value),
-		}
-	}
-	return out, true
+	m, _ := v.(model.Matrix)
+	return endpointScrapes(m), true
 }
 
 // readOwn sends the per-policy queries of Workload and Custom policies.
