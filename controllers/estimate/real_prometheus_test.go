@@ -21,7 +21,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,8 +146,8 @@ func TestRealPrometheus(t *testing.T) {
 	run.reqs = reqs
 
 	for _, q := range seen.queries() {
-		if !slices.Contains([]string{sampleBuckets, sampleCounters, sampleScraped, sampleEndpoints}, q) {
-			t.Errorf("the estimator sent %q; it must send the sampler's four queries only", q)
+		if q != sampleBuckets && q != sampleCounters && q != sampleScraped {
+			t.Errorf("the estimator sent %q; it must send the sampler's three queries only", q)
 		}
 	}
 	first, ok := run.firstDerived()

@@ -102,7 +102,7 @@ func TestResolve(t *testing.T) {
 				}
 			}
 			if tc.reason == "" {
-				p, err := got.Plan(mine, 20*time.Millisecond, nil)
+				p, err := got.Plan(mine, 20*time.Millisecond)
 				if err != nil {
 					t.Fatal(err)
 				}
