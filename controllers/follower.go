@@ -132,6 +132,6 @@ func (f *FollowerPublisher) planFromStatus(ctx context.Context, policy *tailcutv
 	if d := policy.Status.EffectiveDelay; d != nil && !meta.IsStatusConditionFalse(policy.Status.Conditions, tailcutv1alpha1.ConditionAccepted) {
 		delay = d.Duration
 	}
-	p, err := tgt.Plan(policy, delay)
+	p, err := tgt.Plan(policy, delay, policy.Status.SlowEndpoints)
 	return p, "", err
 }

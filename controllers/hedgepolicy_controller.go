@@ -180,7 +180,7 @@ func (r *HedgePolicyReconciler) evaluate(ctx context.Context, policy *tailcutv1a
 		// The route stays, unhedged (the delay is 0).
 		o.InvalidQuery, o.Estimate = err, estimate.Result{}
 	}
-	p, err := tgt.Plan(policy, o.Estimate.Delay)
+	p, err := tgt.Plan(policy, o.Estimate.Delay, o.Estimate.SlowEndpoints)
 	if err != nil {
 		o.PlanError = err
 		return o, interval, nil

@@ -46,6 +46,12 @@ const (
 	// when a VirtualService sets retries on the same host, which the hedge's
 	// route patch overrides; the message says what the user gets.
 	ConditionRetriesPreserved = "RetriesPreserved"
+	// ConditionEndpointsBalanced is set on Auto policies published by xDS,
+	// whose endpoints tailcut weighs: False (SlowEndpoint) while an endpoint
+	// answers so much slower than the others that tailcut sends it less of
+	// the hedged traffic (status.slowEndpoints); the message names it, its
+	// mean latency, its share of requests and its weight.
+	ConditionEndpointsBalanced = "EndpointsBalanced"
 )
 
 // Condition reasons. Each names one case so alerts and tests can match on it.
@@ -130,4 +136,11 @@ const (
 	// the budget cuts this tail, so hedging is off. The message gives the slow
 	// share and the budget hedging it would take.
 	ReasonTailOutOfReach = "TailOutOfReach"
+	// ReasonSlowEndpoint: EndpointsBalanced is False: an endpoint is
+	// weighted down (status.slowEndpoints).
+	ReasonSlowEndpoint = "SlowEndpoint"
+	// ReasonNoSlowEndpoint: EndpointsBalanced is True: every endpoint with
+	// enough requests to judge answers within twice the median endpoint's
+	// mean latency.
+	ReasonNoSlowEndpoint = "NoSlowEndpoint"
 )

@@ -613,6 +613,16 @@ type HedgePolicyStatus struct {
 	// +optional
 	BudgetFloor *BudgetFloor `json:"budgetFloor,omitempty"`
 
+	// SlowEndpoints are the endpoints tailcut sends less of the hedged
+	// traffic to, because their requests take far longer than the others'
+	// (an Auto policy published by xDS; see EndpointsBalanced). Empty when
+	// none is.
+	// +optional
+	// +listType=map
+	// +listMapKey=address
+	// +kubebuilder:validation:MaxItems=64
+	SlowEndpoints []SlowEndpoint `json:"slowEndpoints,omitempty"`
+
 	// Proxies counts the Envoy proxies that run this policy's configuration.
 	// +optional
 	Proxies *ProxyCounts `json:"proxies,omitempty"`
@@ -623,7 +633,7 @@ type HedgePolicyStatus struct {
 	LastDelayChange *metav1.Time `json:"lastDelayChange,omitempty"`
 
 	// Conditions: Accepted, DelayDerived, Programmed, Ready and Hedging (and
-	// RetriesPreserved on Istio).
+	// RetriesPreserved on Istio, EndpointsBalanced on xDS with an Auto delay).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -674,6 +684,33 @@ type HedgeRateObservation struct {
 	Since *metav1.Time `json:"since,omitempty"`
 	// SampledAt is when the rate was read.
 	SampledAt metav1.Time `json:"sampledAt"`
+}
+
+// SlowEndpoint is an endpoint weighted down on the hedged route. Its mean
+// latency comes from Little's law over Envoy's per-endpoint stats: requests
+// in flight on average, divided by requests per second. tailcut lowers its
+// load-balancing weight so that it takes about half the budget's share of
+// the hedged requests, which hedges can then cover; it keeps reading it, and
+// gives the weight back once the endpoint answers within 1.5 times the
+// median endpoint's mean.
+type SlowEndpoint struct {
+	// Address is the endpoint's IP and port, as Envoy names it.
+	// +kubebuilder:validation:MaxLength=64
+	Address string `json:"address"`
+	// MeanLatency is the endpoint's mean time per request.
+	// +kubebuilder:validation:Type=string
+	MeanLatency metav1.Duration `json:"meanLatency"`
+	// MedianLatency is the median of every endpoint's mean time per request.
+	// +kubebuilder:validation:Type=string
+	MedianLatency metav1.Duration `json:"medianLatency"`
+	// RequestPercent is the share of the hedged route's requests the endpoint
+	// took over the reading, in percent.
+	RequestPercent float64 `json:"requestPercent"`
+	// Weight is its load-balancing weight on the hedged route, against 100
+	// for every other endpoint.
+	Weight int32 `json:"weight"`
+	// Since is when it was first weighted down.
+	Since metav1.Time `json:"since"`
 }
 
 // BudgetFloor is a delay the hedge counters showed to be too short for the budget.

@@ -196,7 +196,9 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 // names: what the estimator, the chart's dashboards and alerts read, and the
 // few that explain a proxy's state. Envoy's full set is about 300 series per
 // cluster, two clusters per policy; with this list a cluster exports its
-// latency histogram and a handful of counters.
+// latency histogram and a handful of counters. The hedged cluster's
+// per-endpoint stats (track_cluster_stats.per_endpoint_stats) are not in
+// Envoy's stats store: Envoy writes them at each scrape, past this list.
 var KeptStats = []string{
 	// Per tailcut cluster: the estimator's inputs, hedges dropped by the retry
 	// circuit breaker, timeouts, healthy endpoints, EDS updates.

@@ -78,10 +78,9 @@ func translatePlan(p plan.RoutePlan, mutate func(*routev3.VirtualHost)) (*fragme
 	if mutate != nil {
 		mutate(f.vhost)
 	}
-	for _, name := range []string{plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)} {
-		f.clusters = append(f.clusters, cluster(name, p))
-		f.endpoints = append(f.endpoints, loadAssignment(name, p.Endpoints))
-	}
+	hedged, bypass := plan.ClusterName(p.Namespace, p.Service, p.Port), plan.BypassClusterName(p.Namespace, p.Service, p.Port)
+	f.clusters = append(f.clusters, hedgedCluster(hedged, p), cluster(bypass, p))
+	f.endpoints = append(f.endpoints, loadAssignment(hedged, p.Endpoints, true), loadAssignment(bypass, p.Endpoints, false))
 	byType := map[string][]validator{resourcev3.RouteType: {f.vhost}}
 	for i := range f.clusters {
 		byType[resourcev3.ClusterType] = append(byType[resourcev3.ClusterType], f.clusters[i])

@@ -307,6 +307,15 @@ func HedgeRetryPolicy(p plan.RoutePlan) *routev3.RetryPolicy {
 	}
 }
 
+// hedgedCluster is the cluster of the hedged route, with Envoy's stats per
+// endpoint: the estimator reads each endpoint's requests and requests in
+// flight to find one that answers far slower than the rest.
+func hedgedCluster(name string, p plan.RoutePlan) *clusterv3.Cluster {
+	c := cluster(name, p)
+	c.TrackClusterStats = &clusterv3.TrackClusterStats{PerEndpointStats: true}
+	return c
+}
+
 func cluster(name string, p plan.RoutePlan) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:                 name,
@@ -329,18 +338,30 @@ func cluster(name string, p plan.RoutePlan) *clusterv3.Cluster {
 	return c
 }
 
-func loadAssignment(name string, eps []plan.Endpoint) *endpointv3.ClusterLoadAssignment {
+// loadAssignment lists the endpoints, with their weights when weighted is
+// set and one is weighted down: Envoy then gives every endpoint its weight
+// (FullWeight unless lowered), since one without a weight would count as 1.
+func loadAssignment(name string, eps []plan.Endpoint, weighted bool) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if len(eps) == 0 {
 		return cla
 	}
+	weighted = weighted && plan.Weighted(eps)
 	locality := &endpointv3.LocalityLbEndpoints{}
 	for _, e := range eps {
-		locality.LbEndpoints = append(locality.LbEndpoints, &endpointv3.LbEndpoint{
+		lbe := &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: socketAddress(e.Address, uint32(e.Port)),
 			}},
-		})
+		}
+		if weighted {
+			w := e.Weight
+			if w == 0 {
+				w = plan.FullWeight
+			}
+			lbe.LoadBalancingWeight = wrapperspb.UInt32(uint32(w))
+		}
+		locality.LbEndpoints = append(locality.LbEndpoints, lbe)
 	}
 	cla.Endpoints = []*endpointv3.LocalityLbEndpoints{locality}
 	return cla

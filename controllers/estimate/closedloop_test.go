@@ -165,8 +165,8 @@ func runLoop(t *testing.T, l loop) loopRun {
 		run.reqs = append(run.reqs, served{at: at, hedged: hedged, unhedgedMS: t1, hedgedMS: got})
 	}
 	for _, q := range prom.seen {
-		if q != sampleBuckets && q != sampleCounters && q != sampleScraped {
-			t.Fatalf("%s: the estimator sent %q; it must send the sampler's three queries only", l.name, q)
+		if !slices.Contains([]string{sampleBuckets, sampleCounters, sampleScraped, sampleEndpoints}, q) {
+			t.Fatalf("%s: the estimator sent %q; it must send the sampler's four queries only", l.name, q)
 		}
 	}
 	return run

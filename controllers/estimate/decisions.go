@@ -134,6 +134,7 @@ func (d *decisions) remember(prior *tailcutv1alpha1.HedgePolicy, now time.Time, 
 		EffectiveDelay: prior.Status.EffectiveDelay, LastDelayChange: prior.Status.LastDelayChange,
 		DelaySource: prior.Status.DelaySource, DelayReason: prior.Status.DelayReason,
 		Quantile: prior.Status.Quantile, HedgeRate: prior.Status.HedgeRate, BudgetFloor: prior.Status.BudgetFloor,
+		SlowEndpoints: prior.Status.SlowEndpoints,
 	}
 	nowT := metav1.NewTime(now)
 	res.Apply(&next, nowT)

@@ -56,6 +56,11 @@ type Result struct {
 	HedgeRate *tailcutv1alpha1.HedgeRateObservation
 	// Floor is the budget floor to keep in status; nil clears it.
 	Floor *tailcutv1alpha1.BudgetFloor
+	// SlowEndpoints are the endpoints weighted down on the hedged route
+	// (endpoints.go), and EndpointsNote says why or why not: empty when the
+	// policy's endpoints are not weighed (not Auto on xDS).
+	SlowEndpoints []tailcutv1alpha1.SlowEndpoint
+	EndpointsNote string
 	// LastDelayChange is when the delay in force last changed, as the
 	// estimator that remembers its decisions knows it (decisions); nil when
 	// it does not, and Apply then dates a change by the status it is given.
@@ -90,6 +95,7 @@ func (r Result) Apply(status *tailcutv1alpha1.HedgePolicyStatus, now metav1.Time
 		status.HedgeRate = r.HedgeRate
 	}
 	status.BudgetFloor = r.Floor
+	status.SlowEndpoints = r.SlowEndpoints
 }
 
 // maxReason is the API's limit on status.delayReason.

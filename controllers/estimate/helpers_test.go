@@ -74,3 +74,11 @@ func checkInvariants(t *testing.T, p *tailcutv1alpha1.HedgePolicy, res Result) {
 		t.Errorf("DerivedReason is empty")
 	}
 }
+
+// perEndpointQuery says whether q is one of the sampler's per-endpoint
+// queries, which the simulated Prometheus servers answer with no series:
+// they model a cluster's stats, not its endpoints' (endpoints_test.go and
+// the local stack's TestOneSlowReplicaIsWeightedDown test those).
+func perEndpointQuery(q string) bool {
+	return q == sampleEndpoints
+}

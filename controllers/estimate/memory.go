@@ -54,6 +54,8 @@ type memory struct {
 	coarse map[string]time.Duration
 	// bytes is the estimated size of the totals kept (entrySize).
 	bytes int
+	// endpoints are the hedged clusters' per-endpoint scrapes.
+	endpoints endpointHistory
 }
 
 func newMemory() *memory {
@@ -313,6 +315,23 @@ func (m *memory) setOwn(key types.NamespacedName, r ownReading) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.own[key] = r
+}
+
+func (m *memory) setEndpoints(now time.Time, scrapes map[string]map[endpointSeries][]endpointScrape) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endpoints = endpointHistory{read: now, byCluster: scrapes}
+}
+
+// endpointLoads is the cluster's per-endpoint loads over the scrapes held,
+// unless the last reading is maxAge old or older at now.
+func (m *memory) endpointLoads(cluster string, now time.Time, maxAge time.Duration) []endpointLoad {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if now.Sub(m.endpoints.read) >= maxAge {
+		return nil
+	}
+	return m.endpoints.loads(cluster)
 }
 
 // ownAnswers returns what a Workload or Custom policy's queries answered at

@@ -57,6 +57,10 @@ var (
 		Name: "tailcut_hedge_rate",
 		Help: "Measured extra requests sent by hedging per request on the hedged route, as a ratio (0.05 is 5%): the last reading, as in status.hedgeRate.",
 	}, PolicyLabelNames)
+	endpointWeights = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tailcut_endpoint_weight",
+		Help: "Load-balancing weight of an endpoint weighted down on the policy's hedged route, against 100 for the others, because it answers far slower (status.slowEndpoints); no series when none is.",
+	}, append(slices.Clone(PolicyLabelNames), "endpoint"))
 	samplerMemoryBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tailcut_sampler_memory_bytes",
 		Help: "Estimated size of the latency and hedge totals the sampler keeps for the policies of source Envoy; at most 64MiB, beyond which routes' totals are kept further apart (their policies' status.delayReason says so).",
@@ -64,7 +68,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate, samplerMemoryBytes)
+	metrics.Registry.MustRegister(delaySeconds, estimateErrors, quantileSeconds, hedgeRate, endpointWeights, samplerMemoryBytes)
 }
 
 // record exports one evaluation. failed is the reason no delay could be
@@ -90,6 +94,10 @@ func record(policy *tailcutv1alpha1.HedgePolicy, res Result, failed string) {
 	if res.HedgeRate != nil {
 		hedgeRate.WithLabelValues(labels...).Set(res.HedgeRate.Percent / 100)
 	}
+	endpointWeights.DeletePartialMatch(prometheus.Labels{"policy": labels[0]})
+	for _, s := range res.SlowEndpoints {
+		endpointWeights.WithLabelValues(append(labels, s.Address)...).Set(float64(s.Weight))
+	}
 }
 
 // ForgetPolicy drops a deleted policy's series. The reconciler calls it when the
@@ -103,6 +111,7 @@ func forget(policy string, errors bool) {
 	delaySeconds.DeletePartialMatch(match)
 	hedgeRate.DeletePartialMatch(match)
 	quantileSeconds.DeletePartialMatch(match)
+	endpointWeights.DeletePartialMatch(match)
 	if errors {
 		estimateErrors.DeletePartialMatch(match)
 	}

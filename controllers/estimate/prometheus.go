@@ -150,6 +150,11 @@ func (p *Prometheus) Estimate(_ context.Context, policy *tailcutv1alpha1.HedgePo
 		}
 	}
 	res := decide(policy, &auto, sp, r, now)
+	if sampledByCluster(policy, &auto) {
+		cluster := plan.ClusterName(policy.Namespace, spec.TargetRef.Name, spec.TargetRef.Port)
+		loads := p.memory.endpointLoads(cluster, now, 2*spec.EffectiveEvaluationInterval())
+		res.SlowEndpoints, res.EndpointsNote = slowEndpoints(loads, spec.EffectiveBudget().MaxExtraLoadPercent, policy.Status.SlowEndpoints, now)
+	}
 	if coarse > 0 {
 		res.Reason += fmt.Sprintf("; the sampler's memory is full: it keeps this route's totals %s apart, spans start up to that much late",
 			promDuration(coarse))

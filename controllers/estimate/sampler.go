@@ -39,7 +39,8 @@ import (
 // For the Envoy source, one tick sends three queries whatever the number of
 // policies: the cumulative latency histogram and the hedge and request
 // counters of every hedged cluster (hedgedClusters), one series per proxy,
-// and when Prometheus scraped those counters. The sampler keeps these totals
+// and when Prometheus scraped those counters; once per evaluation interval
+// a fourth reads each endpoint's scrapes over a window (endpoints.go). The sampler keeps these totals
 // for two windows. A policy's reading over any span is the difference of two
 // ticks, computed when its reconcile asks for it (Estimate), from memory,
 // proxy by proxy, and then summed (increase says how a restart, a missed
@@ -55,7 +56,7 @@ import (
 // The tick divides the shortest evaluationInterval among Auto policies into
 // ticksPerEval (fewer when a tick would be shorter than minTick, more when
 // longer than maxTick), so that a delay change has two ticks of its own by the
-// next evaluation: at most nine queries per interval. After each tick the
+// next evaluation: at most ten queries per interval. After each tick the
 // sampler enqueues the policies whose interval has passed, so they are
 // evaluated with what it just read.
 const (
@@ -112,6 +113,8 @@ type Sampler struct {
 
 	notified map[types.NamespacedName]time.Time
 	unread   map[types.NamespacedName]bool // the last due evaluation found nothing to read
+	// endpointsAsked is when the per-endpoint query was last sent.
+	endpointsAsked time.Time
 }
 
 var (
@@ -177,10 +180,12 @@ func tickFor(shortest time.Duration) time.Duration {
 
 // scanned is what the sampler reads, from the policies it reads for.
 type scanned struct {
-	auto  []*tailcutv1alpha1.HedgePolicy
-	tick  time.Duration // see tickFor
-	keep  time.Duration // how long readings are kept: two of the longest windows
-	envoy bool          // a policy reads the Envoy source
+	auto []*tailcutv1alpha1.HedgePolicy
+	tick time.Duration // see tickFor
+	// shortest is the shortest evaluation interval.
+	shortest time.Duration
+	keep     time.Duration // how long readings are kept: two of the longest windows
+	envoy    bool          // a policy reads the Envoy source
 	// retain is, for each cluster read for a policy, what memory keeps of it.
 	retain map[string]retention
 }
@@ -218,6 +223,7 @@ func (s *Sampler) scan(ctx context.Context) (scanned, error) {
 		r.keep += 2 * r.spacing
 		sc.retain[c] = r
 	}
+	sc.shortest = sc.tick
 	sc.tick = tickFor(sc.tick)
 	return sc, nil
 }
@@ -230,7 +236,19 @@ func (s *Sampler) Tick(ctx context.Context, now time.Time) time.Duration {
 		return minTick
 	}
 	if sc.envoy {
+		// Once per evaluation interval, answered or not, beside the tick's
+		// other queries: it reads the whole window.
+		var wg sync.WaitGroup
+		if now.Sub(s.endpointsAsked) >= sc.shortest-sc.tick/4 {
+			s.endpointsAsked = now
+			wg.Go(func() {
+				if scrapes, ok := s.readEndpoints(ctx, now); ok {
+					s.p.memory.setEndpoints(now, scrapes)
+				}
+			})
+		}
 		s.p.memory.add(s.readEnvoy(ctx, now), sc.keep+2*sc.tick, sc.retain)
+		wg.Wait()
 	}
 	due := s.due(sc.auto, now, sc.tick)
 	s.readOwn(ctx, due, now)
@@ -297,6 +315,18 @@ func (s *Sampler) readEnvoy(ctx context.Context, now time.Time) envoyTick {
 		cluster(smp).scraped = time.UnixMilli(int64(float64(smp.Value) * 1000))
 	}
 	return t
+}
+
+// readEndpoints reads every hedged cluster's per-endpoint scrapes
+// (endpoints.go). A failed query reads nothing: the loads held age out.
+func (s *Sampler) readEndpoints(ctx context.Context, now time.Time) (map[string]map[endpointSeries][]endpointScrape, bool) {
+	v, err := s.p.query(ctx, sampleEndpoints, now)
+	if err != nil {
+		s.log.Info("reading the endpoints failed; the readings held age out", "error", err.Error())
+		return nil, false
+	}
+	m, _ := v.(model.Matrix)
+	return endpointScrapes(m), true
 }
 
 // readOwn sends the per-policy queries of Workload and Custom policies.

@@ -19,6 +19,7 @@ package estimate
 import (
 	"context"
 	"errors"
+	"github.com/prometheus/prometheus/promql/parser"
 	"regexp"
 	"slices"
 	"sync"
@@ -173,13 +174,17 @@ func TestSamplerForgets(t *testing.T) {
 	}
 }
 
-// TestSamplerQueries: the sampler's three queries parse, read every hedged
+// TestSamplerQueries: the sampler's six queries parse, read every hedged
 // cluster, and can never read a bypass cluster or the xDS cluster.
 func TestSamplerQueries(t *testing.T) {
 	for _, q := range []string{sampleBuckets, sampleCounters, sampleScraped} {
 		if err := checkPromQL(q, true, nil); err != nil {
 			t.Errorf("%s: %v", q, err)
 		}
+	}
+	// The per-endpoint query reads every scrape in its window: a range vector.
+	if expr, err := promQLParser.ParseExpr(sampleEndpoints); err != nil || expr.Type() != parser.ValueTypeMatrix {
+		t.Errorf("%s: %v, type %v, want a range vector", sampleEndpoints, err, expr)
 	}
 	re := regexp.MustCompile("^(?:" + hedgedClusters + ")$")
 	for name, want := range map[string]bool{

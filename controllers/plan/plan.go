@@ -51,6 +51,7 @@ var (
 	ErrMethodUnknown     = errors.New("unknown HTTP method")
 	ErrRetryOnUnknown    = errors.New("unknown retryOn condition")
 	ErrEndpointsUnsorted = errors.New("endpoints are not sorted and unique")
+	ErrWeightInvalid     = fmt.Errorf("endpoint weight must be between 0 (not weighted) and %d", FullWeight)
 )
 
 // BypassHeader selects the bypass route: a request carrying it with value "1"
@@ -162,6 +163,21 @@ func (b Budget) RetryBudgetPercent() float64 { return float64(min(b.Percent, 100
 type Endpoint struct {
 	Address string `json:"address"`
 	Port    int32  `json:"port"`
+	// Weight, when not zero, is the endpoint's load-balancing weight on the
+	// hedged cluster against FullWeight for the others: the estimator
+	// weighs down an endpoint that answers far slower than the rest
+	// (status.slowEndpoints). The bypass cluster, which stands for the
+	// route without tailcut, keeps every endpoint even.
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// FullWeight is the load-balancing weight of the endpoints not weighted down
+// when one is.
+const FullWeight = 100
+
+// Weighted says whether any endpoint is weighted down.
+func Weighted(eps []Endpoint) bool {
+	return slices.ContainsFunc(eps, func(e Endpoint) bool { return e.Weight != 0 })
 }
 
 // Input is what Build needs, gathered by the controller from the API and the
@@ -296,6 +312,9 @@ func (p RoutePlan) Validate() error {
 		if _, err := netip.ParseAddr(e.Address); err != nil || e.Port < 1 || e.Port > 65535 {
 			errs = append(errs, fmt.Errorf("%w: %s:%d", ErrEndpointInvalid, e.Address, e.Port))
 		}
+		if e.Weight < 0 || e.Weight > FullWeight {
+			errs = append(errs, fmt.Errorf("%w: %s:%d", ErrWeightInvalid, e.Address, e.Port))
+		}
 		if i > 0 && compareEndpoints(p.Endpoints[i-1], e) >= 0 {
 			errs = append(errs, ErrEndpointsUnsorted)
 		}
@@ -315,7 +334,7 @@ func sortedUpper(in []string) []string {
 func sortedEndpoints(in []Endpoint) []Endpoint {
 	out := slices.Clone(in)
 	slices.SortFunc(out, compareEndpoints)
-	return slices.Compact(out)
+	return slices.CompactFunc(out, func(a, b Endpoint) bool { return compareEndpoints(a, b) == 0 })
 }
 
 func compareEndpoints(a, b Endpoint) int {

@@ -89,6 +89,7 @@ func (c *computation) compute(o Outcome) {
 			fmt.Sprintf("target Service %s port %d found", spec.TargetRef.Name, spec.TargetRef.Port))
 		o.Estimate.Apply(&c.status, c.now)
 		c.set(tailcutv1alpha1.ConditionDelayDerived, o.Estimate.Derived, o.Estimate.DerivedReason, o.Estimate.Reason)
+		c.endpoints(o.Estimate)
 	}
 	switch {
 	case o.PlanError != nil:
@@ -105,9 +106,28 @@ func (c *computation) compute(o Outcome) {
 	c.ready(o.NoEndpoints)
 }
 
+// endpoints sets EndpointsBalanced for a policy whose endpoints the
+// estimator weighs, and removes it from the others.
+func (c *computation) endpoints(r estimate.Result) {
+	switch {
+	case r.EndpointsNote == "":
+		meta.RemoveStatusCondition(&c.status.Conditions, tailcutv1alpha1.ConditionEndpointsBalanced)
+	case len(r.SlowEndpoints) > 0:
+		c.set(tailcutv1alpha1.ConditionEndpointsBalanced, false, tailcutv1alpha1.ReasonSlowEndpoint, r.EndpointsNote)
+	case r.EndpointsNote == estimate.EndpointsUnread:
+		meta.SetStatusCondition(&c.status.Conditions, metav1.Condition{
+			Type: tailcutv1alpha1.ConditionEndpointsBalanced, Status: metav1.ConditionUnknown, Reason: tailcutv1alpha1.ReasonNotEvaluated,
+			Message: r.EndpointsNote, ObservedGeneration: c.policy.Generation, LastTransitionTime: c.now,
+		})
+	default:
+		c.set(tailcutv1alpha1.ConditionEndpointsBalanced, true, tailcutv1alpha1.ReasonNoSlowEndpoint, r.EndpointsNote)
+	}
+}
+
 // notAccepted records why the policy is not accepted: no delay is derived
 // and hedging is off. The delay fields are written as an estimate's are.
 func (c *computation) notAccepted(reason, msg string) {
+	meta.RemoveStatusCondition(&c.status.Conditions, tailcutv1alpha1.ConditionEndpointsBalanced)
 	c.set(tailcutv1alpha1.ConditionAccepted, false, reason, msg)
 	estimate.Result{Source: tailcutv1alpha1.DelaySourceNone, Reason: "not accepted: " + msg}.Apply(&c.status, c.now)
 	c.status.Proxies = nil

@@ -24,6 +24,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,9 +91,26 @@ func (r *Resolver) Resolve(ctx context.Context, policy *tailcutv1alpha1.HedgePol
 }
 
 // Plan builds the policy's route plan to the target with the given delay (0:
-// the route without a hedge).
-func (t Target) Plan(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration) (plan.RoutePlan, error) {
-	return plan.Build(Input(policy, delay, t.Endpoints))
+// the route without a hedge), the slow endpoints weighted down.
+func (t Target) Plan(policy *tailcutv1alpha1.HedgePolicy, delay time.Duration, slow []tailcutv1alpha1.SlowEndpoint) (plan.RoutePlan, error) {
+	return plan.Build(Input(policy, delay, weighted(t.Endpoints, slow)))
+}
+
+// weighted gives the endpoints named slow their weight. A slow endpoint no
+// longer among them is gone from the Service, and so from the plan.
+func weighted(eps []plan.Endpoint, slow []tailcutv1alpha1.SlowEndpoint) []plan.Endpoint {
+	if len(slow) == 0 {
+		return eps
+	}
+	weights := make(map[string]int32, len(slow))
+	for _, s := range slow {
+		weights[s.Address] = s.Weight
+	}
+	out := slices.Clone(eps)
+	for i, e := range out {
+		out[i].Weight = weights[net.JoinHostPort(e.Address, strconv.Itoa(int(e.Port)))]
+	}
+	return out
 }
 
 func (r *Resolver) servicePort(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy) (*corev1.ServicePort, string, string, error) {

@@ -102,7 +102,7 @@ func TestResolve(t *testing.T) {
 				}
 			}
 			if tc.reason == "" {
-				p, err := got.Plan(mine, 20*time.Millisecond)
+				p, err := got.Plan(mine, 20*time.Millisecond, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -359,15 +359,31 @@ func TestEnvoyEndToEnd(t *testing.T) {
 	// Bounded stats (#12): a cluster exports what tailcut, its dashboards and
 	// alerts read, not Envoy's whole set: 1,000 policies must not mean
 	// hundreds of thousands of series.
-	series := 0
+	// Its per-endpoint stats, which find a slow endpoint, add a fixed set per
+	// endpoint.
+	series, perEndpoint := 0, map[string]int{}
 	for _, l := range strings.Split(prom, "\n") {
-		if !strings.HasPrefix(l, "#") && strings.Contains(l, `envoy_cluster_name="`+cluster+`"`) {
-			series++
+		if strings.HasPrefix(l, "#") || !strings.Contains(l, `envoy_cluster_name="`+cluster+`"`) {
+			continue
 		}
+		if _, rest, ok := strings.Cut(l, `envoy_endpoint_address="`); ok {
+			address, _, _ := strings.Cut(rest, `"`)
+			perEndpoint[address]++
+			continue
+		}
+		series++
 	}
-	t.Logf("the hedged cluster exports %d Prometheus series", series)
+	t.Logf("the hedged cluster exports %d Prometheus series, and per endpoint %v", series, perEndpoint)
 	if series > 70 {
 		t.Errorf("the hedged cluster exports %d Prometheus series, want at most 70 (the latency histogram and a few counters)", series)
+	}
+	if len(perEndpoint) == 0 {
+		t.Error("the hedged cluster exports no per-endpoint series: the estimator cannot find a slow endpoint")
+	}
+	for address, n := range perEndpoint {
+		if n > 10 {
+			t.Errorf("endpoint %s: %d series, want at most 10 (requests, in flight, errors, connections)", address, n)
+		}
 	}
 
 	// (g) A new delay is a new version, ACKed without restarting Envoy, and

@@ -169,7 +169,7 @@ func TestPrometheusRuleAlerts(t *testing.T) {
 					}
 				}
 			}
-			want := []string{"TailcutOperatorDown", "TailcutXDSConfigRejected", "TailcutDelayDerivationFailing", "TailcutHedgeRateAboveBudget", "TailcutPolicyNotReady"}
+			want := []string{"TailcutOperatorDown", "TailcutXDSConfigRejected", "TailcutDelayDerivationFailing", "TailcutHedgeRateAboveBudget", "TailcutPolicyNotReady", "TailcutEndpointWeightedDown"}
 			if !slices.Contains(v.set, "proxy.enabled=false") {
 				want = append(want, "TailcutProxiesNotProgrammed")
 			}
@@ -196,8 +196,10 @@ func TestPrometheusRuleAlerts(t *testing.T) {
 
 // The per-policy alerts, run by promtool over series as the operator exports
 // them for two policies in one namespace: each policy's hedge rate is held
-// against its own budget, and the alerts name the policy's namespace and
-// name, not the operator's namespace that the scrape adds.
+// against its own budget, the alerts name the policy's namespace and name,
+// not the operator's namespace that the scrape adds, and an endpoint weighted
+// down is alerted once it has stayed so for endpointWeightedDownFor, with
+// its address and weight.
 func TestPerPolicyAlertsUseEachPolicysBudget(t *testing.T) {
 	rules := byKind(render(t, valueSets[1]), "PrometheusRule")
 	if len(rules) != 1 {
@@ -240,6 +242,18 @@ func TestPerPolicyAlertsUseEachPolicysBudget(t *testing.T) {
 				series("tailcut_policy_budget_ratio", "b", "0.01x20"),
 				series("tailcut_policy_ready", "a", "1x20"),
 				series("tailcut_policy_ready", "b", "0x20"),
+				// a's endpoint weighted down for 20 minutes, then 40.
+				map[string]any{"series": `tailcut_endpoint_weight{` + op + `policy="shop/a",policy_namespace="shop",policy_name="a",endpoint="10.0.0.3:8080"}`, "values": "5x60"},
+			},
+			"alert_rule_test": []any{
+				map[string]any{"alertname": "TailcutEndpointWeightedDown", "eval_time": "20m"},
+				map[string]any{"alertname": "TailcutEndpointWeightedDown", "eval_time": "40m", "exp_alerts": []any{map[string]any{
+					"exp_labels": map[string]any{"severity": "warning", "policy_namespace": "shop", "policy_name": "a", "endpoint": "10.0.0.3:8080"},
+					"exp_annotations": map[string]any{
+						"summary":     "An endpoint of shop/a answers far slower than the others.",
+						"description": "tailcut has kept 10.0.0.3:8080 weighted down to 5 of 100 on the hedged route of shop/a for 30m, because its mean latency is twice the median endpoint's or more; hedging covers what it still answers, but the replica is still slow. status.slowEndpoints and the EndpointsBalanced condition give its mean and the median.",
+					},
+				}}},
 			},
 			"promql_expr_test": []any{
 				map[string]any{"expr": exprOf("TailcutHedgeRateAboveBudget"), "eval_time": "15m",

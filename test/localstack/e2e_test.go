@@ -30,6 +30,12 @@ import (
 
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
 
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/verify"
@@ -111,7 +117,7 @@ func TestHedgingShortensTheTail(t *testing.T) {
 	}
 	// Closed loop: while the A/B runs with hedging on, record the delay.
 	series := s.recordDelays(ctx, time.Second)
-	r, _, err := s.RunAB(ctx, ABOptions{Rate: 170, Duration: time.Minute, MaxP99Ratio: 0.5, PostRate: 10})
+	r, policy, err := s.RunAB(ctx, ABOptions{Rate: 170, Duration: time.Minute, MaxP99Ratio: 0.5, PostRate: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +130,7 @@ func TestHedgingShortensTheTail(t *testing.T) {
 	}
 	logTable(t, r)
 	checkPromises(t, r, 0.5)
+	checkEvenEndpoints(ctx, t, s, policy)
 	checkDashboards(ctx, t, s)
 }
 
@@ -309,6 +316,29 @@ func TestSaturationBacksOff(t *testing.T) {
 	t.Logf("delay before the run: %v (%s); after: %v (%s): %s", first.Status.EffectiveDelay, first.Status.DelaySource,
 		policy.Status.EffectiveDelay, policy.Status.DelaySource, policy.Status.DelayReason)
 	checkPromises(t, r, 1.1)
+	checkEvenEndpoints(ctx, t, s, policy)
+}
+
+// checkEvenEndpoints: where every replica runs the same workload, no
+// endpoint is ever weighted down: the policy says EndpointsBalanced True at
+// the end, and no SlowEndpoint event was recorded on the way.
+func checkEvenEndpoints(ctx context.Context, t *testing.T, s *Stack, policy *tailcutv1alpha1.HedgePolicy) {
+	t.Helper()
+	c := meta.FindStatusCondition(policy.Status.Conditions, tailcutv1alpha1.ConditionEndpointsBalanced)
+	if c == nil || c.Status != metav1.ConditionTrue || len(policy.Status.SlowEndpoints) > 0 {
+		t.Errorf("EndpointsBalanced %+v, slow endpoints %+v: want True, none, with replicas alike", c, policy.Status.SlowEndpoints)
+	} else {
+		t.Logf("EndpointsBalanced=True: %s", c.Message)
+	}
+	var evs eventsv1.EventList
+	if err := s.Client.List(ctx, &evs, client.InNamespace(Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == tailcutv1alpha1.ReasonSlowEndpoint {
+			t.Errorf("an endpoint was weighted down with replicas alike: %s", e.Note)
+		}
+	}
 }
 
 func logTable(t *testing.T, r Report) {
