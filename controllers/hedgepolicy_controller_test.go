@@ -48,6 +48,7 @@ import (
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/controllers/publish"
 	"github.com/tailcut/tailcut/controllers/status"
+	"github.com/tailcut/tailcut/test/harness"
 )
 
 func newNamespace(t *testing.T) string {
@@ -624,7 +625,11 @@ func TestNoEndpointsIsNotReady(t *testing.T) {
 // hanging every reconcile waited for its queries to time out and EndpointSlice
 // changes queued behind them; Envoy kept sending to terminated pods. Here
 // twelve Auto policies read a Prometheus that never answers (1s timeout), and
-// an endpoint change still reaches the publisher at once.
+// an endpoint change still reaches the publisher within less than one query's
+// timeout of the moment the operator's cache holds it. It is counted from
+// the cache, not from the create: in one CI run, beside other packages' tests,
+// 2.1 s passed from before the create to the publisher, with the API server's
+// write and watch counted in; the test now times each part.
 func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
 	ns := newNamespace(t)
 	keys := publishedPolicies(t, ns, 12, tailcutv1alpha1.Delay{Mode: tailcutv1alpha1.DelayModeAuto, Auto: &tailcutv1alpha1.AutoDelay{
@@ -633,17 +638,27 @@ func TestSlowPrometheusNeverDelaysEndpoints(t *testing.T) {
 	time.Sleep(6 * time.Second) // the policies' evaluations are under way
 	start := time.Now()
 	newEndpointSlice(t, ns, "svc0", 8080, map[string]bool{"10.0.0.9": true})
-	eventually(t, "the new endpoint published", func() error {
-		rp, _ := publisher.plan(keys[0])
-		if len(rp.Endpoints) != 1 || rp.Endpoints[0].Address != "10.0.0.9" {
-			return fmt.Errorf("endpoints %v", rp.Endpoints)
+	created := time.Now()
+	var cached time.Time
+	harness.Eventually(t, 20*time.Second, "the new endpoint published", func() (bool, string) {
+		if cached.IsZero() && k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "svc0-1"}, &discoveryv1.EndpointSlice{}) == nil {
+			cached = time.Now()
 		}
-		return nil
+		rp, _ := publisher.plan(keys[0])
+		return len(rp.Endpoints) == 1 && rp.Endpoints[0].Address == "10.0.0.9", fmt.Sprintf("endpoints %v", rp.Endpoints)
 	})
-	if took := time.Since(start); took > 800*time.Millisecond {
-		t.Errorf("the endpoint took %s to reach the publisher: it waited for Prometheus", took)
+	published := time.Now()
+	if cached.IsZero() {
+		cached = published // seen by the reconciler before this poll
+	}
+	timings := fmt.Sprintf("created in %s, in the operator's cache %s later, published %s after that",
+		created.Sub(start).Round(time.Millisecond), cached.Sub(created).Round(time.Millisecond), published.Sub(cached).Round(time.Millisecond))
+	// The poll's own 50 ms and a reconcile's work, against the 1 s that a
+	// reconcile waiting for even one query would take.
+	if published.Sub(cached) >= time.Second {
+		t.Errorf("the endpoint waited for Prometheus: %s", timings)
 	} else {
-		t.Logf("the endpoint reached the publisher %s after the EndpointSlice was created", took.Round(time.Millisecond))
+		t.Logf("the endpoint was %s", timings)
 	}
 }
 
