@@ -56,13 +56,15 @@ const (
 	// endpointWindow is the span of the per-endpoint reading: 20 scrapes of
 	// the in-flight gauge at the chart's 15 s scrape interval.
 	endpointWindow = 5 * time.Minute
-	// slowEndpointFactor: an endpoint is slow when its mean latency is this
-	// many times the median endpoint's or more.
+	// slowEndpointFactor: an endpoint is slow when its mean latency, at the
+	// lowest its in-flight counts allow (inFlightZ), is this many times the
+	// median endpoint's at the highest or more.
 	slowEndpointFactor = 2.0
-	// recoveredFactor: a weighted endpoint gets its weight back when its mean
-	// falls below this many times the median. In between it stays weighted:
-	// hedges cut its slow attempts short (the hedge answers, Envoy cancels
-	// the first attempt), so its mean reads lower than the time it takes.
+	// recoveredFactor: a weighted endpoint gets its weight back when its mean,
+	// at the highest its in-flight counts allow, is below this many times the
+	// median's. While it reads this many times the median or more it stays
+	// weighted: hedges cut its slow attempts short (the hedge answers, Envoy
+	// cancels the first attempt), so its mean reads lower than it is.
 	recoveredFactor = 1.5
 	// minEndpointRequests: an endpoint is judged on at least this many
 	// requests in the window.
@@ -81,8 +83,8 @@ const (
 	// median among the others' (one fast, one slow) twice the fast one's.
 	inFlightZ = 2.0
 	// weightHold: an endpoint weighted down, and sent too little since to be
-	// judged again, gets its full weight back this long after it was
-	// weighted, as Envoy's outlier detection ends an ejection: if still slow,
+	// judged again or read as recovered beyond doubt, gets its full weight
+	// back this long after it was weighted, as Envoy's outlier detection ends an ejection: if still slow,
 	// the next readings weigh it down again.
 	weightHold = 5 * time.Minute
 	// minEndpoints: weighing down takes three endpoints or more, and at most
