@@ -100,6 +100,27 @@ type EnvoyLoad struct {
 	// route and every method tailcut does not hedge, POSTs among them): it
 	// must stay 0.
 	UnhedgedRetries float64 `json:"unhedged_retries"`
+	// Worst is the stretch of the hedge account's window or longer with the
+	// most hedges per request, read from the proxies' admin every second
+	// during the run (nil: read from Prometheus, too seldom, or the run was
+	// shorter than a window).
+	Worst *StretchLoad `json:"worst_stretch,omitempty"`
+}
+
+// StretchLoad is the extra load over one stretch of a run.
+type StretchLoad struct {
+	// Window is the hedge account's window; Seconds the stretch's length, a
+	// window or a little more, StartS its start in seconds from the first
+	// reading (the start of the run).
+	Window  string  `json:"window"`
+	StartS  float64 `json:"start_s"`
+	Seconds float64 `json:"seconds"`
+	// Requests and Hedges are as in EnvoyLoad, over the stretch.
+	Requests float64 `json:"requests"`
+	Hedges   float64 `json:"hedges"`
+	Pct      float64 `json:"pct"`
+	// Readings is how many readings the run's stretches were drawn from.
+	Readings int `json:"readings"`
 }
 
 // ReplicaLoad is counted at the replicas, where they export counters (the demo
@@ -173,6 +194,10 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 	if e := r.ExtraLoad.Envoy; e != nil {
 		fmt.Fprintf(w, "extra load, Envoy counters: %.2f%% (%.0f hedges for %.0f requests; budget %s); retries on the unhedged route: %.0f\n", e.Pct, e.Hedges, e.Requests, budget, e.UnhedgedRetries)
+		if s := e.Worst; s != nil {
+			fmt.Fprintf(w, "extra load over the worst stretch of %s or more: %.2f%% (%.0f hedges for %.0f requests, %.1fs from %.1fs into the run; budget %s)\n",
+				s.Window, s.Pct, s.Hedges, s.Requests, s.Seconds, s.StartS, budget)
+		}
 	}
 	if rl := r.ExtraLoad.Replicas; rl != nil {
 		fmt.Fprintf(w, "extra load, at the replicas: %.2f%% (%.0f extra attempts; budget %s)\n", rl.Pct, rl.ExtraAttempts, budget)

@@ -185,9 +185,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		before[i] = c
 	}
 
+	// The budget holds over every stretch of the account's window: read the
+	// proxies' counters every second while the load runs, where they can be
+	// read at once (Prometheus holds a scrape interval's lag).
+	var stretches <-chan []reading
+	stopReading := func() {}
+	if admin, ok := envoy.(scrapeSource); ok && before[0] != nil {
+		var readCtx context.Context
+		readCtx, stopReading = context.WithCancel(ctx)
+		stretches = readEvery(readCtx, admin, windowStep)
+	}
+	started := time.Now()
+
 	o.logf("tailcut verify: %d requests/s per arm (hedged, %s) for %s after %s of settling", o.Rate, o.Unhedged, o.Duration, o.Settle)
 	samples := attack(ctx, streams, o.Settle, o.Duration, o.Limits, o.logfOrNil())
 	end := time.Now()
+	stopReading()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
@@ -203,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Ratio = ratios(r.Hedged().Latency, r.Unhedged().Latency)
 
-	delta := make([]counts, len(sources))
+	delta, afters := make([]counts, len(sources)), make([]counts, len(sources))
 	for i, src := range sources {
 		if src == nil {
 			continue
@@ -217,10 +230,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("reading %s after the run: %v", src, err))
 			continue
 		}
-		delta[i] = increase(before[i], after)
+		delta[i], afters[i] = increase(before[i], after), after
 	}
 	if delta[0] != nil {
 		r.ExtraLoad.Envoy = envoyLoad(delta[0], envoy.String(), o.HedgedCluster, o.UnhedgedCluster)
+		switch {
+		case stretches == nil:
+			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("the extra load over each stretch of %s: Prometheus is read, whose scrapes lag; give --envoy-admin", plan.HedgeWindow))
+		default:
+			rs := append(append([]reading{{at: started, c: before[0]}}, <-stretches...), reading{at: time.Now(), c: afters[0]})
+			if r.ExtraLoad.Envoy.Worst = worstStretch(rs, plan.HedgeWindow, o.HedgedCluster, o.UnhedgedCluster); r.ExtraLoad.Envoy.Worst == nil {
+				r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("the extra load over each stretch of %s: the run was shorter", plan.HedgeWindow))
+			}
+		}
 	}
 	if delta[1] != nil {
 		r.ExtraLoad.Replicas = replicaLoad(delta[1], replicas.String(), r.Hedged().Sent+r.Hedged().SettleSent)

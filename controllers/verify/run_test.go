@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -135,6 +136,10 @@ func TestRunMeasuresAKnownDistribution(t *testing.T) {
 	if r.Posts == nil || r.Posts.Sent != 50 || r.Posts.Executed == nil || *r.Posts.Executed != 50 {
 		t.Errorf("POSTs: %+v, want 50 sent and executed", r.Posts)
 	}
+	// 2.5 s of load: no stretch of a 30 s window to judge, and the report says so.
+	if e != nil && (e.Worst != nil || !slices.ContainsFunc(r.ExtraLoad.Missing, func(m string) bool { return strings.Contains(m, "the run was shorter") })) {
+		t.Errorf("stretch %+v, not measured %q: want none, and the report to say why", e.Worst, r.ExtraLoad.Missing)
+	}
 	if !r.Pass {
 		t.Errorf("verdict FAIL: %q", r.Reasons)
 	}
@@ -239,5 +244,8 @@ func TestRunReadsEnvoyThroughPrometheus(t *testing.T) {
 	// run may already hold some of the settling phase's first requests.
 	if e.Requests < 450 || e.Requests > 500 || e.Pct < 3.5 || e.Pct > 4.5 || e.UnhedgedRetries != 0 {
 		t.Errorf("Envoy's extra load through Prometheus: %+v, want about 20 hedges for 500 requests (4%%)", e)
+	}
+	if e.Worst != nil || !slices.ContainsFunc(r.ExtraLoad.Missing, func(m string) bool { return strings.Contains(m, "Prometheus is read, whose scrapes lag") }) {
+		t.Errorf("stretch %+v, not measured %q: want none, and the report to say why", e.Worst, r.ExtraLoad.Missing)
 	}
 }

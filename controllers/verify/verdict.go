@@ -96,6 +96,10 @@ func judgeLoad(r *Report) []string {
 	if e != nil && e.Pct > *r.BudgetPct {
 		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% (Envoy's counters) is above the %g%% budget", e.Pct, *r.BudgetPct))
 	}
+	if w := e.worst(); w != nil && w.Hedges > w.AllowedHedges(*r.BudgetPct) {
+		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% over the %.1fs from %.1fs into the run (Envoy's counters: %.0f hedges for %.0f requests, at most %.1f within the %g%% budget, a second's requests at each end counted in) is above the budget over a stretch of %s",
+			w.Pct, w.Seconds, w.StartS, w.Hedges, w.Requests, w.AllowedHedges(*r.BudgetPct), *r.BudgetPct, w.Window))
+	}
 	if rl != nil && rl.Pct > *r.BudgetPct {
 		reasons = append(reasons, fmt.Sprintf("extra load %.2f%% (counted at the replicas) is above the %g%% budget", rl.Pct, *r.BudgetPct))
 	}

@@ -30,8 +30,9 @@ func passing() *Report {
 	}
 	return &Report{
 		UnhedgedArm: ArmBypass, RatePerArm: 150,
-		Arms:      map[string]Arm{ArmHedged: arm(37.4), ArmBypass: arm(116.7), ArmPost: {Latency: Latency{Count: 600, P99: 20}, Scheduled: 600, Sent: 600}},
-		ExtraLoad: ExtraLoad{Envoy: &EnvoyLoad{Pct: 4.3, Requests: 27000, Hedges: 1161}, Replicas: &ReplicaLoad{Pct: 4.2, Requests: 54600, SideEffects: 600}},
+		Arms: map[string]Arm{ArmHedged: arm(37.4), ArmBypass: arm(116.7), ArmPost: {Latency: Latency{Count: 600, P99: 20}, Scheduled: 600, Sent: 600}},
+		ExtraLoad: ExtraLoad{Envoy: &EnvoyLoad{Pct: 4.3, Requests: 27000, Hedges: 1161,
+			Worst: &StretchLoad{Window: "30s", StartS: 60, Seconds: 30.2, Requests: 4530, Hedges: 226, Pct: 4.99}}, Replicas: &ReplicaLoad{Pct: 4.2, Requests: 54600, SideEffects: 600}},
 		BudgetPct: ptr(5.0),
 		Posts:     &Posts{Sent: 600, Executed: ptr(600.0)},
 	}
@@ -47,6 +48,10 @@ func TestJudgeChecksEveryPromise(t *testing.T) {
 		{"tail not cut", func(r *Report) { setP99(r, ArmHedged, 60) }, "hedged p99 60.0ms is not at most 0.5 x bypass p99 116.7ms"},
 		{"no unhedged samples", func(r *Report) { a := r.Arms[ArmBypass]; a.Count = 0; r.Arms[ArmBypass] = a }, "no latency measured"},
 		{"over the budget by Envoy's counters", func(r *Report) { r.ExtraLoad.Envoy.Pct = 5.01 }, "extra load 5.01% (Envoy's counters) is above the 5% budget"},
+		// 4,530 requests over 30.2 s: at most 0.05 x (4,530 + 2 x 150) = 241.5 hedges.
+		{"over the budget over one stretch", func(r *Report) { r.ExtraLoad.Envoy.Worst.Hedges, r.ExtraLoad.Envoy.Worst.Pct = 242, 5.34 },
+			"extra load 5.34% over the 30.2s from 60.0s into the run (Envoy's counters: 242 hedges for 4530 requests, at most 241.5 within the 5% budget"},
+		{"a second's requests at each end of a stretch", func(r *Report) { r.ExtraLoad.Envoy.Worst.Hedges, r.ExtraLoad.Envoy.Worst.Pct = 241, 5.32 }, ""},
 		{"over the budget at the replicas", func(r *Report) { r.ExtraLoad.Replicas.Pct = 6 }, "extra load 6.00% (counted at the replicas)"},
 		{"budget unknown", func(r *Report) { r.BudgetPct = nil }, "the budget is unknown"},
 		{"Envoy's counters of another cluster", func(r *Report) { r.ExtraLoad.Envoy = &EnvoyLoad{Source: "http://a"} }, "Envoy's counters (http://a) saw 0 requests on the hedged cluster, for 27000 the run sent"},

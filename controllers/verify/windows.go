@@ -1,0 +1,108 @@
+/*
+Copyright 2026 The tailcut Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package verify
+
+import (
+	"context"
+	"time"
+)
+
+// The hedge account keeps the budget over every stretch of its window
+// (plan.HedgeWindow) or more, not only over a whole run: a run can spend 4%
+// overall and 10% in one of its halves. While the load runs, Envoy's counters
+// are read every windowStep, and worstStretch finds the stretch between two
+// readings, a window long or longer, with the most hedges per request.
+
+// windowStep is how often Envoy's counters are read during a run.
+const windowStep = time.Second
+
+// reading is the counters at one moment.
+type reading struct {
+	at time.Time
+	c  counts
+}
+
+// readEvery reads src every step until ctx ends and then sends what it read.
+// A failed read is skipped: the stretches around it are longer.
+func readEvery(ctx context.Context, src counterSource, step time.Duration) <-chan []reading {
+	out := make(chan []reading, 1)
+	go func() {
+		var got []reading
+		t := time.NewTicker(step)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				out <- got
+				return
+			case <-t.C:
+				if c, err := src.read(ctx); err == nil {
+					got = append(got, reading{at: time.Now(), c: c})
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// worstStretch is the stretch of window or longer between two of the readings
+// (in time order) whose hedged cluster took the most hedges per request; nil
+// when the readings span less than a window.
+func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *StretchLoad {
+	var worst *StretchLoad
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			span := rs[j].at.Sub(rs[i].at)
+			if span < window {
+				continue
+			}
+			e := envoyLoad(increase(rs[i].c, rs[j].c), "", hedged, unhedged)
+			if e.Requests <= 0 {
+				continue
+			}
+			if worst == nil || e.Pct > worst.Pct {
+				worst = &StretchLoad{
+					StartS: rs[i].at.Sub(rs[0].at).Seconds(), Seconds: span.Seconds(),
+					Requests: e.Requests, Hedges: e.Hedges, Pct: e.Pct,
+				}
+			}
+		}
+	}
+	if worst != nil {
+		worst.Window = window.String()
+		worst.Readings = len(rs)
+	}
+	return worst
+}
+
+// AllowedHedges is the most hedges a stretch read between two readings may
+// hold within a budget of pct: the account counts whole seconds by the
+// arrival of the request, and the stretch's ends fall inside a second, so it
+// may take in the hedges of one second more at each end (every reading is a
+// second or less from the next, windowStep), at the stretch's mean rate.
+func (s *StretchLoad) AllowedHedges(pct float64) float64 {
+	perSecond := s.Requests / s.Seconds
+	return pct / 100 * (s.Requests + 2*perSecond)
+}
+
+// worst is the load's worst stretch, nil when none was read.
+func (e *EnvoyLoad) worst() *StretchLoad {
+	if e == nil {
+		return nil
+	}
+	return e.Worst
+}
