@@ -704,7 +704,8 @@ type SlowEndpoint struct {
 	// +kubebuilder:validation:Type=string
 	MedianLatency metav1.Duration `json:"medianLatency"`
 	// RequestPercent is the share of the hedged route's requests the endpoint
-	// took over the reading, in percent.
+	// took over the reading (the last 5 minutes), in percent: in the first
+	// minutes after the weighing it mixes the shares before and after.
 	RequestPercent float64 `json:"requestPercent"`
 	// Weight is its load-balancing weight on the hedged route, against 100
 	// for every other endpoint.

@@ -337,8 +337,8 @@ func slowEndpoints(loads []endpointLoad, budgetPercent int32, prior []tailcutv1a
 			s.Since = p.Since
 		}
 		slow = append(slow, s)
-		notes = append(notes, fmt.Sprintf("%s answers in %s on average against a median of %s (%.1f%% of requests): weight %d of %d",
-			s.Address, s.MeanLatency.Duration, s.MedianLatency.Duration, s.RequestPercent, w, plan.FullWeight))
+		notes = append(notes, fmt.Sprintf("%s answers in %s on average against a median of %s (%.1f%% of the requests of the last %g minutes): weight %d of %d",
+			s.Address, s.MeanLatency.Duration, s.MedianLatency.Duration, s.RequestPercent, endpointWindow.Minutes(), w, plan.FullWeight))
 	}
 	slices.SortFunc(slow, func(a, b tailcutv1alpha1.SlowEndpoint) int { return strings.Compare(a.Address, b.Address) })
 	return slow, strings.Join(notes, "; ")

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tailcutv1alpha1 "github.com/tailcut/tailcut/api/v1alpha1"
+	"github.com/tailcut/tailcut/test/dashboards"
 )
 
 // #26 item 6: one replica of three always 100 ms slower. A third of the
@@ -90,6 +91,14 @@ func TestOneSlowReplicaIsWeightedDown(t *testing.T) {
 			return false, err.Error()
 		}
 		return event && w == 5, fmt.Sprintf("event %v, tailcut_endpoint_weight %v", event, w)
+	})
+	prom, values := dashboardQueries(t, s)
+	waitFor(t, ctx, "the policy dashboard's weighted endpoint", time.Minute, func() (bool, string) {
+		w, expr, err := dashboards.PanelValue(ctx, prom, chartDashboards, "tailcut-policy.json", "Endpoints weighted down", "A", values)
+		if err != nil {
+			return false, err.Error()
+		}
+		return w == 5, fmt.Sprintf("%s = %v, want 5", expr, w)
 	})
 	r, _, err := s.RunAB(ctx, ABOptions{Rate: 150, Duration: time.Minute, MaxP99Ratio: 0.5})
 	if err != nil {
