@@ -100,8 +100,8 @@ type EnvoyLoad struct {
 	// route and every method tailcut does not hedge, POSTs among them): it
 	// must stay 0.
 	UnhedgedRetries float64 `json:"unhedged_retries"`
-	// Worst is the stretch of the hedge account's window or longer with the
-	// most hedges per request, read from the proxies' admin every second
+	// Worst is the stretch of the hedge account's window or longer nearest
+	// to going over the budget (worstStretch), read from the proxies' admin every second
 	// during the run (nil: read from Prometheus, too seldom, or the run was
 	// shorter than a window).
 	Worst *StretchLoad `json:"worst_stretch,omitempty"`

@@ -25,7 +25,7 @@ import (
 // (plan.HedgeWindow) or more, not only over a whole run: a run can spend 4%
 // overall and 10% in one of its halves. While the load runs, Envoy's counters
 // are read every windowStep, and worstStretch finds the stretch between two
-// readings, a window long or longer, with the most hedges per request.
+// readings, a window long or longer, nearest to going over the budget.
 
 // windowStep is how often Envoy's counters are read during a run.
 const windowStep = time.Second
@@ -60,8 +60,9 @@ func readEvery(ctx context.Context, src counterSource, step time.Duration) <-cha
 }
 
 // worstStretch is the stretch of window or longer between two of the readings
-// (in time order) whose hedged cluster took the most hedges per request; nil
-// when the readings span less than a window.
+// (in time order) nearest to going over any budget: the most hedges per
+// request allowed (AllowedHedges), not per request, since a shorter stretch
+// is allowed more per request; nil when the readings span less than a window.
 func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *StretchLoad {
 	var worst *StretchLoad
 	for i := range rs {
@@ -74,11 +75,12 @@ func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *
 			if e.Requests <= 0 {
 				continue
 			}
-			if worst == nil || e.Pct > worst.Pct {
-				worst = &StretchLoad{
-					StartS: rs[i].at.Sub(rs[0].at).Seconds(), Seconds: span.Seconds(),
-					Requests: e.Requests, Hedges: e.Hedges, Pct: e.Pct,
-				}
+			s := &StretchLoad{
+				StartS: rs[i].at.Sub(rs[0].at).Seconds(), Seconds: span.Seconds(),
+				Requests: e.Requests, Hedges: e.Hedges, Pct: e.Pct,
+			}
+			if worst == nil || s.Hedges/s.allowedRequests() > worst.Hedges/worst.allowedRequests() {
+				worst = s
 			}
 		}
 	}
@@ -95,8 +97,13 @@ func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *
 // may take in the hedges of one second more at each end (every reading is a
 // second or less from the next, windowStep), at the stretch's mean rate.
 func (s *StretchLoad) AllowedHedges(pct float64) float64 {
-	perSecond := s.Requests / s.Seconds
-	return pct / 100 * (s.Requests + 2*perSecond)
+	return pct / 100 * s.allowedRequests()
+}
+
+// allowedRequests is the stretch's requests and a second's more at each end,
+// at its mean rate: what the budget is a share of.
+func (s *StretchLoad) allowedRequests() float64 {
+	return s.Requests + 2*s.Requests/s.Seconds
 }
 
 // worst is the load's worst stretch, nil when none was read.

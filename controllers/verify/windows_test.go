@@ -58,6 +58,16 @@ func TestWorstStretchIsTheWorstWindowOrLonger(t *testing.T) {
 	}
 }
 
+func TestWorstStretchIsTheNearestToTheBudget(t *testing.T) {
+	// Hedges per 10 s: 77, 60, 60, 119. 10-40 s: 239 for 4,500 (5.31%), the
+	// most per request, but a 5% budget allows it 0.05 x (4,500 + 300) = 240.
+	// 0-40 s: 316 for 6,000 (5.27%), allowed 0.05 x (6,000 + 300) = 315: over.
+	w := worstStretch(readingsOf(77, 60, 60, 119), 30*time.Second, "h", "u")
+	if w == nil || w.StartS != 0 || w.Seconds != 40 || w.Hedges != 316 || math.Abs(w.AllowedHedges(5)-315) > 1e-9 {
+		t.Fatalf("worst stretch %+v, want 0-40 s: 316 hedges, 315 allowed", w)
+	}
+}
+
 func TestAllowedHedgesCountASecondAtEachEnd(t *testing.T) {
 	// 4,530 requests over 30.2 s: 150 a second; within 5%, the stretch and
 	// a second at each end: 0.05 x (4,530 + 300) = 241.5.

@@ -250,7 +250,7 @@ func markdown(rows []row, rate int, duration, sweepDur, shiftDur, took time.Dura
 		"Per scenario one stack: tailcut's automatic delay first (%s), then a static-delay sweep (%s each); the shift scenario runs %s each, "+
 		"its fast mode at 40ms for the middle third. The estimator reads only the hedged arm: ordinary requests.\n", rate, duration, sweepDur, shiftDur)
 	fmt.Fprintf(&b, "- latency in ms at the client (tailcut verify, exact quantiles); extra load: the larger of Envoy's counters on the hedged cluster and the replicas' count of extra attempts (x-envoy-attempt-count > 1) per hedged request; "+
-		"worst 30s: Envoy's hedges per request over the run's worst stretch of the hedge account's window (%s) or more, read every second "+
+		"worst 30s: Envoy's hedges per request over the run's stretch of the hedge account's window (%s) or more nearest to the budget, read every second "+
 		"(within the budget when at most the budget's share of its requests and of a second's more at each end); budget 5%%; late: requests sent 10ms or more behind schedule\n\n", plan.HedgeWindow)
 	fmt.Fprintf(&b, "| scenario | delay | bypass p50 | hedged p50 | bypass p99 | hedged p99 | p99 ratio | bypass p99.9 | hedged p99.9 | extra load %% | worst 30s %% | errors | late |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
