@@ -265,6 +265,89 @@ func (p promSource) read(ctx context.Context) (counts, error) {
 	return out, nil
 }
 
+// readingsSince returns each proxy's scrapes since t, in time order, as
+// Prometheus stored them: the counters at each scrape, at the scrape's own
+// time. Prometheus scrapes each proxy at its own moments, so the readings are
+// kept by proxy (proxyReadings).
+func (p promSource) readingsSince(ctx context.Context, t time.Time) (map[string][]reading, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	q := fmt.Sprintf("%s[%ds]", p.selector, int(now.Sub(t)/time.Second)+1)
+	v, _, err := p.api.Query(ctx, q, now)
+	if err != nil {
+		return nil, fmt.Errorf("prometheus %s: %s: %w", p.base, q, err)
+	}
+	m, ok := v.(model.Matrix)
+	if !ok {
+		return nil, fmt.Errorf("prometheus %s: %s: a %s, not a matrix", p.base, q, v.Type())
+	}
+	return proxyReadings(m, t), nil
+}
+
+// proxyReadings sorts a matrix of raw samples into readings by proxy, those at
+// or after since: a proxy is a series' labels but the metric's and the
+// cluster's names, and its series scraped together share a timestamp. A
+// proxy is named by its pod, or its instance, where the series carry them.
+func proxyReadings(m model.Matrix, since time.Time) map[string][]reading {
+	scrapes := map[string]map[model.Time]counts{}
+	for _, series := range m {
+		labels, proxy := map[string]string{}, map[string]string{}
+		for k, v := range series.Metric {
+			if k == model.MetricNameLabel {
+				continue
+			}
+			labels[string(k)] = string(v)
+			if k != "envoy_cluster_name" {
+				proxy[string(k)] = string(v)
+			}
+		}
+		name := proxyName(proxy)
+		key := seriesKey(string(series.Metric[model.MetricNameLabel]), labels, "prometheus")
+		for _, sample := range series.Values {
+			if sample.Timestamp.Time().Before(since) {
+				continue
+			}
+			if scrapes[name] == nil {
+				scrapes[name] = map[model.Time]counts{}
+			}
+			if scrapes[name][sample.Timestamp] == nil {
+				scrapes[name][sample.Timestamp] = counts{}
+			}
+			scrapes[name][sample.Timestamp][key] = float64(sample.Value)
+		}
+	}
+	out := map[string][]reading{}
+	for name, byTime := range scrapes {
+		rs := make([]reading, 0, len(byTime))
+		for at, c := range byTime {
+			rs = append(rs, reading{at: at.Time(), c: c})
+		}
+		sort.Slice(rs, func(i, j int) bool { return rs[i].at.Before(rs[j].at) })
+		out[name] = rs
+	}
+	return out
+}
+
+// proxyName names a proxy by its labels: its pod, its instance, or all of
+// them (seriesKey's form) where it has neither.
+func proxyName(labels map[string]string) string {
+	for _, l := range []string{"pod", "instance"} {
+		if v := labels[l]; v != "" {
+			if l == "pod" && labels["namespace"] != "" {
+				return labels["namespace"] + "/" + v
+			}
+			return v
+		}
+	}
+	pairs := make([]string, 0, len(labels))
+	for k, v := range labels {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", k, v))
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
 // settled waits until Prometheus has scraped every series after t, so that a
 // reading taken then counts everything sent before t.
 func (p promSource) settled(ctx context.Context, t time.Time) error {

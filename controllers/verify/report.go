@@ -101,17 +101,18 @@ type EnvoyLoad struct {
 	// must stay 0.
 	UnhedgedRetries float64 `json:"unhedged_retries"`
 	// Worst is the stretch of the hedge account's window or longer nearest
-	// to going over the budget (worstStretch), read from the proxies' admin every second
-	// during the run (nil: read from Prometheus, too seldom, or the run was
-	// shorter than a window).
+	// to going over the budget (worstStretch): read from the proxies' admin
+	// every second during the run, or from each proxy's scrapes stored in
+	// Prometheus (nil: the run was shorter than a window, or than a window
+	// between two scrapes of a proxy).
 	Worst *StretchLoad `json:"worst_stretch,omitempty"`
 }
 
 // StretchLoad is the extra load over one stretch of a run.
 type StretchLoad struct {
 	// Window is the hedge account's window; Seconds the stretch's length, a
-	// window or a little more, StartS its start in seconds from the first
-	// reading (the start of the run).
+	// window or a little more, StartS its start in seconds from the start of
+	// the run.
 	Window  string  `json:"window"`
 	StartS  float64 `json:"start_s"`
 	Seconds float64 `json:"seconds"`
@@ -121,6 +122,11 @@ type StretchLoad struct {
 	Pct      float64 `json:"pct"`
 	// Readings is how many readings the run's stretches were drawn from.
 	Readings int `json:"readings"`
+	// Proxy is the proxy whose scrapes the stretch was read from, when read
+	// through Prometheus: each proxy keeps its own account and is scraped at
+	// its own moments, so each is judged alone. Empty when every proxy's
+	// admin was read at once and summed.
+	Proxy string `json:"proxy,omitempty"`
 }
 
 // ReplicaLoad is counted at the replicas, where they export counters (the demo
@@ -195,8 +201,12 @@ func (r *Report) PrintTable(w io.Writer) {
 	if e := r.ExtraLoad.Envoy; e != nil {
 		fmt.Fprintf(w, "extra load, Envoy counters: %.2f%% (%.0f hedges for %.0f requests; budget %s); retries on the unhedged route: %.0f\n", e.Pct, e.Hedges, e.Requests, budget, e.UnhedgedRetries)
 		if s := e.Worst; s != nil {
-			fmt.Fprintf(w, "extra load over the worst stretch of %s or more: %.2f%% (%.0f hedges for %.0f requests, %.1fs from %.1fs into the run; budget %s)\n",
-				s.Window, s.Pct, s.Hedges, s.Requests, s.Seconds, s.StartS, budget)
+			proxy := ""
+			if s.Proxy != "" {
+				proxy = ", proxy " + s.Proxy
+			}
+			fmt.Fprintf(w, "extra load over the worst stretch of %s or more: %.2f%% (%.0f hedges for %.0f requests, %.1fs from %.1fs into the run%s; budget %s)\n",
+				s.Window, s.Pct, s.Hedges, s.Requests, s.Seconds, s.StartS, proxy, budget)
 		}
 	}
 	if rl := r.ExtraLoad.Replicas; rl != nil {

@@ -234,13 +234,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if delta[0] != nil {
 		r.ExtraLoad.Envoy = envoyLoad(delta[0], envoy.String(), o.HedgedCluster, o.UnhedgedCluster)
-		if stretches == nil {
-			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("the extra load over each stretch of %s: Prometheus is read, whose scrapes lag; give --envoy-admin", plan.HedgeWindow))
-		} else {
-			rs := append(append([]reading{{at: started, c: before[0]}}, <-stretches...), reading{at: time.Now(), c: afters[0]})
-			if r.ExtraLoad.Envoy.Worst = worstStretch(rs, plan.HedgeWindow, o.HedgedCluster, o.UnhedgedCluster); r.ExtraLoad.Envoy.Worst == nil {
-				r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("the extra load over each stretch of %s: the run was shorter", plan.HedgeWindow))
-			}
+		worst, why := runWorstStretch(ctx, envoy, stretches, started, before[0], afters[0], o.HedgedCluster, o.UnhedgedCluster)
+		if r.ExtraLoad.Envoy.Worst = worst; worst == nil {
+			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("the extra load over each stretch of %s: %s", plan.HedgeWindow, why))
 		}
 	}
 	if delta[1] != nil {

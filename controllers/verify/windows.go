@@ -18,14 +18,18 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/tailcut/tailcut/controllers/plan"
 )
 
 // The hedge account keeps the budget over every stretch of its window
 // (plan.HedgeWindow) or more, not only over a whole run: a run can spend 4%
-// overall and 10% in one of its halves. While the load runs, Envoy's counters
-// are read every windowStep, and worstStretch finds the stretch between two
-// readings, a window long or longer, nearest to going over the budget.
+// overall and 10% in one of its halves. While the load runs, Envoy's admin is
+// read every windowStep (or, through Prometheus, each proxy's scrapes are read
+// after the run), and worstStretch finds the stretch between two readings, a
+// window long or longer, nearest to going over the budget.
 
 // windowStep is how often Envoy's counters are read during a run.
 const windowStep = time.Second
@@ -59,11 +63,37 @@ func readEvery(ctx context.Context, src counterSource, step time.Duration) <-cha
 	return out
 }
 
+// runWorstStretch finds a run's worst stretch in what src read: the admin's
+// readings taken every second during the run (every), between the readings
+// before and after it, or each proxy's scrapes stored in Prometheus. When it
+// finds none it says why.
+func runWorstStretch(ctx context.Context, src counterSource, every <-chan []reading, started time.Time, before, after counts, hedged, unhedged string) (*StretchLoad, string) {
+	if prom, ok := src.(promSource); ok {
+		byProxy, err := prom.readingsSince(ctx, started)
+		if err != nil {
+			return nil, err.Error()
+		}
+		if worst := worstOfProxies(byProxy, started, plan.HedgeWindow, hedged, unhedged); worst != nil {
+			return worst, ""
+		}
+		return nil, fmt.Sprintf("no proxy of %d was scraped twice %s or more apart during the run", len(byProxy), plan.HedgeWindow)
+	}
+	if every == nil {
+		return nil, "the counters were not read during the run"
+	}
+	rs := append(append([]reading{{at: started, c: before}}, <-every...), reading{at: time.Now(), c: after})
+	if worst := worstStretch(rs, started, plan.HedgeWindow, hedged, unhedged); worst != nil {
+		return worst, ""
+	}
+	return nil, "the run was shorter"
+}
+
 // worstStretch is the stretch of window or longer between two of the readings
 // (in time order) nearest to going over any budget: the most hedges per
 // request allowed (AllowedHedges), not per request, since a shorter stretch
 // is allowed more per request; nil when the readings span less than a window.
-func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *StretchLoad {
+// Its start is counted from origin, the start of the run.
+func worstStretch(rs []reading, origin time.Time, window time.Duration, hedged, unhedged string) *StretchLoad {
 	var worst *StretchLoad
 	for i := range rs {
 		for j := i + 1; j < len(rs); j++ {
@@ -76,10 +106,10 @@ func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *
 				continue
 			}
 			s := &StretchLoad{
-				StartS: rs[i].at.Sub(rs[0].at).Seconds(), Seconds: span.Seconds(),
+				StartS: rs[i].at.Sub(origin).Seconds(), Seconds: span.Seconds(),
 				Requests: e.Requests, Hedges: e.Hedges, Pct: e.Pct,
 			}
-			if worst == nil || s.Hedges/s.allowedRequests() > worst.Hedges/worst.allowedRequests() {
+			if s.nearerToTheBudget(worst) {
 				worst = s
 			}
 		}
@@ -91,11 +121,34 @@ func worstStretch(rs []reading, window time.Duration, hedged, unhedged string) *
 	return worst
 }
 
+// worstOfProxies is the worst stretch of any one proxy, each read at its own
+// scrapes (promSource.readingsSince), named by its proxy; nil when no proxy
+// has two readings a window apart.
+func worstOfProxies(byProxy map[string][]reading, origin time.Time, window time.Duration, hedged, unhedged string) *StretchLoad {
+	var worst *StretchLoad
+	for proxy, rs := range byProxy {
+		if s := worstStretch(rs, origin, window, hedged, unhedged); s.nearerToTheBudget(worst) {
+			s.Proxy = proxy
+			worst = s
+		}
+	}
+	return worst
+}
+
+// nearerToTheBudget tells whether s holds more hedges per allowed request
+// than other (which may be nil).
+func (s *StretchLoad) nearerToTheBudget(other *StretchLoad) bool {
+	if s == nil {
+		return false
+	}
+	return other == nil || s.Hedges/s.allowedRequests() > other.Hedges/other.allowedRequests()
+}
+
 // AllowedHedges is the most hedges a stretch read between two readings may
 // hold within a budget of pct: the account counts whole seconds by the
 // arrival of the request, and the stretch's ends fall inside a second, so it
-// may take in the hedges of one second more at each end (every reading is a
-// second or less from the next, windowStep), at the stretch's mean rate.
+// may take in the hedges of one second more at each end, at the stretch's
+// mean rate.
 func (s *StretchLoad) AllowedHedges(pct float64) float64 {
 	return pct / 100 * s.allowedRequests()
 }

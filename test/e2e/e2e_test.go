@@ -147,6 +147,10 @@ func TestKind(t *testing.T) {
 			t.Errorf("extra load not measured by Envoy's counters and the replicas': %+v", report.ExtraLoad)
 		} else if budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent); report.ExtraLoadPct() > budget {
 			t.Errorf("extra load %.2f%% (Envoy) and %.2f%% (replicas), want at most the budget %v%%", report.ExtraLoad.Envoy.Pct, report.ExtraLoad.Replicas.Pct, budget)
+		} else if w := report.ExtraLoad.Envoy.Worst; w == nil {
+			t.Errorf("the extra load over each stretch of 30 s was not read from the proxies' scrapes: %q", report.ExtraLoad.Missing)
+		} else if w.Hedges > w.AllowedHedges(budget) {
+			t.Errorf("proxy %s: %.0f hedges over %.1f s, more than the %.1f the budget allows", w.Proxy, w.Hedges, w.Seconds, w.AllowedHedges(budget))
 		}
 		if n := report.Errors(); n > 0 {
 			t.Errorf("%d requests failed", n)

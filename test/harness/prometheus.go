@@ -17,9 +17,11 @@ limitations under the License.
 package harness
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,4 +67,27 @@ func StartPrometheus(tb testing.TB, path string, targets ...string) string {
 			tb.Fatalf("prometheus not ready after 30s:\n%s", p.Tail())
 		}
 	}
+}
+
+// WaitScraped waits until the Prometheus at base has scraped each of its n
+// targets once: its first scrapes come up to a scrape interval after it is
+// ready, and a reading taken before them holds nothing.
+func WaitScraped(tb testing.TB, base string, n int) {
+	tb.Helper()
+	Eventually(tb, 30*time.Second, fmt.Sprintf("a first scrape of %d targets", n), func() (bool, string) {
+		resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(fmt.Sprintf("count(up) >= %d", n)))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			return false, err.Error()
+		}
+		return len(body.Data.Result) == 1, fmt.Sprintf("%d results", len(body.Data.Result))
+	})
 }
