@@ -219,7 +219,10 @@ func TestOrdinaryTraffic(t *testing.T) {
 	t.Logf("delay series across the shift (15 -> 40ms at +0s, back at +%s): %s%s", unshifted.Sub(shifted).Round(time.Second), shift.since(shifted), shift.since(shifted).reasons())
 	up, ok := shift.firstAtLeast(shifted, 42*time.Millisecond)
 	if !ok || up.Sub(shifted) > 2*interval+3*time.Second {
-		t.Errorf("the delay reached 42ms %s after the shift (reached: %v), want within 2 evaluation intervals and a scrape", up.Sub(shifted), ok)
+		// Every evaluation's reason, not only the changes': which one held
+		// the delay, and why.
+		t.Errorf("the delay reached 42ms %s after the shift (reached: %v), want within 2 evaluation intervals and a scrape; the status until then:%s",
+			up.Sub(shifted), ok, shift.since(shifted).until(shifted.Add(2*interval+3*time.Second)).everyReason())
 	}
 	if off := shift.offBetween(up, unshifted); off > 0 {
 		t.Errorf("hedging was off for %d samples during the shift: following it means hedging on", off)
@@ -385,6 +388,27 @@ func (ds delaySeries) reasons() string {
 		}
 	}
 	return b.String()
+}
+
+// everyReason is each distinct status reason in turn: one per evaluation.
+func (ds delaySeries) everyReason() string {
+	var b strings.Builder
+	for i, d := range ds {
+		if i == 0 || d.reason != ds[i-1].reason {
+			fmt.Fprintf(&b, "\n  +%s %s: %s", d.at.Sub(ds[0].at).Round(100*time.Millisecond), d.delay, d.reason)
+		}
+	}
+	return b.String()
+}
+
+// until is the samples before t.
+func (ds delaySeries) until(t time.Time) delaySeries {
+	for i, d := range ds {
+		if !d.at.Before(t) {
+			return ds[:i]
+		}
+	}
+	return ds
 }
 
 func (ds delaySeries) since(t time.Time) delaySeries {
