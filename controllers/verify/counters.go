@@ -234,17 +234,24 @@ func prometheusCounters(base string, clusters []string) (promSource, error) {
 func (p promSource) String() string { return p.base }
 
 func (p promSource) vector(ctx context.Context, q string) (model.Vector, error) {
+	return query[model.Vector](ctx, p, q)
+}
+
+// query asks Prometheus q at this moment, and wants an answer of type T (a
+// vector, or a matrix for a range selector).
+func query[T model.Value](ctx context.Context, p promSource, q string) (T, error) {
+	var want T
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	v, _, err := p.api.Query(ctx, q, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("prometheus %s: %s: %w", p.base, q, err)
+		return want, fmt.Errorf("prometheus %s: %s: %w", p.base, q, err)
 	}
-	vec, ok := v.(model.Vector)
+	got, ok := v.(T)
 	if !ok {
-		return nil, fmt.Errorf("prometheus %s: %s: a %s, not a vector", p.base, q, v.Type())
+		return want, fmt.Errorf("prometheus %s: %s: a %s, not a %T", p.base, q, v.Type(), want)
 	}
-	return vec, nil
+	return got, nil
 }
 
 func (p promSource) read(ctx context.Context) (counts, error) {
@@ -270,17 +277,9 @@ func (p promSource) read(ctx context.Context) (counts, error) {
 // time. Prometheus scrapes each proxy at its own moments, so the readings are
 // kept by proxy (proxyReadings).
 func (p promSource) readingsSince(ctx context.Context, t time.Time) (map[string][]reading, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	now := time.Now()
-	q := fmt.Sprintf("%s[%ds]", p.selector, int(now.Sub(t)/time.Second)+1)
-	v, _, err := p.api.Query(ctx, q, now)
+	m, err := query[model.Matrix](ctx, p, fmt.Sprintf("%s[%ds]", p.selector, int(time.Since(t)/time.Second)+1))
 	if err != nil {
-		return nil, fmt.Errorf("prometheus %s: %s: %w", p.base, q, err)
-	}
-	m, ok := v.(model.Matrix)
-	if !ok {
-		return nil, fmt.Errorf("prometheus %s: %s: a %s, not a matrix", p.base, q, v.Type())
+		return nil, err
 	}
 	return proxyReadings(m, t), nil
 }
