@@ -19,6 +19,8 @@ package verify
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tailcut/tailcut/controllers/plan"
@@ -126,8 +128,10 @@ func worstStretch(rs []reading, origin time.Time, window time.Duration, hedged, 
 // has two readings a window apart.
 func worstOfProxies(byProxy map[string][]reading, origin time.Time, window time.Duration, hedged, unhedged string) *StretchLoad {
 	var worst *StretchLoad
-	for proxy, rs := range byProxy {
-		if s := worstStretch(rs, origin, window, hedged, unhedged); s.nearerToTheBudget(worst) {
+	// By name, so that of two proxies at the same load the report names
+	// the same one every time.
+	for _, proxy := range slices.Sorted(maps.Keys(byProxy)) {
+		if s := worstStretch(byProxy[proxy], origin, window, hedged, unhedged); s.nearerToTheBudget(worst) {
 			s.Proxy = proxy
 			worst = s
 		}

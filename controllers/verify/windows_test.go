@@ -129,6 +129,21 @@ func TestEachProxyIsJudgedAtItsOwnScrapes(t *testing.T) {
 	}
 }
 
+// Of proxies at the same load the report names the first by name, whatever
+// order the map of proxies comes in.
+func TestATieNamesTheSameProxyEveryTime(t *testing.T) {
+	start := time.Unix(1000, 0)
+	var m model.Matrix
+	for _, pod := range []string{"proxy-c", "proxy-a", "proxy-b", "proxy-d"} {
+		m = append(m, scrapesOf(pod, 0, 60, 75, 60)...)
+	}
+	for range 20 {
+		if w := worstOfProxies(proxyReadings(m, start), start, 30*time.Second, "h", "u"); w == nil || w.Proxy != "tailcut-system/proxy-a" {
+			t.Fatalf("worst stretch %+v, want proxy-a's (four proxies alike)", w)
+		}
+	}
+}
+
 func TestAProxyWithoutPodIsNamedByItsLabels(t *testing.T) {
 	if got := proxyName(map[string]string{"instance": "127.0.0.1:9901", "job": "envoy"}); got != "127.0.0.1:9901" {
 		t.Errorf("named %q, want its instance", got)
