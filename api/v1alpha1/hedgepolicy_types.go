@@ -606,10 +606,12 @@ type HedgePolicyStatus struct {
 	// +optional
 	HedgeRate *HedgeRateObservation `json:"hedgeRate,omitempty"`
 
-	// BudgetFloor is the longest delay at which the hedge counters recently showed
-	// significantly more extra load than the budget allows. Until it is one window
-	// old, tailcut keeps the delay above it, so it never goes back to a delay the
-	// counters proved too short.
+	// BudgetFloor is the longest delay at which the hedge counters, or the
+	// share of requests the latency histogram proves slower than the delay,
+	// recently showed significantly more extra load than the budget allows,
+	// beyond a burst in one of the sampler's reads. Until it is one window
+	// old, tailcut keeps the delay above it, so it never goes back to a delay
+	// proved too short.
 	// +optional
 	BudgetFloor *BudgetFloor `json:"budgetFloor,omitempty"`
 
@@ -714,12 +716,13 @@ type SlowEndpoint struct {
 	Since metav1.Time `json:"since"`
 }
 
-// BudgetFloor is a delay the hedge counters showed to be too short for the budget.
+// BudgetFloor is a delay shown to be too short for the budget.
 type BudgetFloor struct {
 	// Delay is the delay in force when the hedge rate was measured over budget.
 	// +kubebuilder:validation:Type=string
 	Delay metav1.Duration `json:"delay"`
-	// Percent is the hedge rate measured at Delay.
+	// Percent is the hedge rate measured at Delay, or the share of
+	// requests that ran past it when that is higher.
 	Percent float64 `json:"percent"`
 	// MeasuredAt is when the rate was read; the floor holds for one window.
 	MeasuredAt metav1.Time `json:"measuredAt"`

@@ -257,8 +257,15 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		if passedOver {
 			hedgeNote += fmt.Sprintf("; %.2f%% of %.0f requests ran past the delay", 100*passed, r.samples)
 		}
-		floor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: cur}, Percent: math.Round(pct*100) / 100, MeasuredAt: nowT}
-		if cur >= auto.Max.Duration {
+		// The floor and the pause hold for a window, so they take a breach
+		// beyond one tick's burst; the raise does not.
+		lasting := (r.hedge != nil && r.hedge.over(budget)) || r.overWithoutOnePart(cur.Seconds(), budget)
+		if lasting {
+			floor = &tailcutv1alpha1.BudgetFloor{Delay: metav1.Duration{Duration: cur}, Percent: math.Round(pct*100) / 100, MeasuredAt: nowT}
+		} else {
+			hedgeNote += "; over in one tick's scrapes only: no budget floor"
+		}
+		if cur >= auto.Max.Duration && lasting {
 			return paused(tailcutv1alpha1.ReasonBudgetExceeded, fmt.Sprintf("%s with the delay already at max %s", hedgeNote, auto.Max.Duration))
 		}
 		code, forced = tailcutv1alpha1.ReasonBudgetExceeded, true

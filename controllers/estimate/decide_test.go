@@ -123,6 +123,31 @@ func TestDecideOverReadings(t *testing.T) {
 				t.Errorf("delay %s (%s: %s), want hedging paused for HedgingHurts", res.Delay, res.DerivedReason, res.Reason)
 			}
 		}, nil},
+		// Beside two busy loops the local stack read, in one tick after a
+		// change to 25.3 ms, 25 of 290 requests past it (le=25: faster than
+		// 26 ms); the ticks around it read 11 of 335 and 14 of 308. 25 of
+		// 290 is 8.62%, over a 5% budget at 290 requests (5.25% + 2 x 1.31%
+		// = 7.87%): the delay goes up, but one tick is a burst, not the
+		// delay's cost, and sets no floor to hold it there for a window.
+		{"over in one tick only: raised, no floor", 25300 * time.Microsecond, func(t *testing.T) readings {
+			burst := mustCDF(t, map[float64]float64{14: 0, 16: 240, 25: 265, 50: 286, 120: 290})
+			return readings{cdf: burst, parts: []*cdf{burst}, edge: envoyEdge, samples: 290, hedge: &hedgeReading{requests: 336, retries: 11}}
+		}, func(t *testing.T, res Result) {
+			if res.Delay <= 25300*time.Microsecond || res.Floor != nil || !strings.Contains(res.Reason, "over in one tick's scrapes only: no budget floor") {
+				t.Errorf("delay %s, floor %+v (%s), want raised above 25.3ms and no floor", res.Delay, res.Floor, res.Reason)
+			}
+		}, nil},
+		// The same share in two ticks: 50 of 580 (8.62%, over the 7.10% that
+		// 580 requests allow), and 25 of 290 without either: a floor at 25.3 ms.
+		{"over in two ticks: a floor", 25300 * time.Microsecond, func(t *testing.T) readings {
+			burst := mustCDF(t, map[float64]float64{14: 0, 16: 240, 25: 265, 50: 286, 120: 290})
+			both := mustCDF(t, map[float64]float64{14: 0, 16: 480, 25: 530, 50: 572, 120: 580})
+			return readings{cdf: both, parts: []*cdf{burst, burst}, edge: envoyEdge, samples: 580, hedge: &hedgeReading{requests: 672, retries: 22}}
+		}, func(t *testing.T, res Result) {
+			if res.Delay <= 25300*time.Microsecond || res.Floor == nil || res.Floor.Delay.Duration != 25300*time.Microsecond {
+				t.Errorf("delay %s, floor %+v (%s), want raised above 25.3ms, a floor at 25.3ms", res.Delay, res.Floor, res.Reason)
+			}
+		}, nil},
 		// One replica of three 100 ms slower (issue #26's badhost): of 3,000
 		// requests 2,000 are faster than 17 ms (le=16) and 1,000 in le=120
 		// (faster than 130 ms). The median is 15.5 ms (rank 1,500 of the

@@ -387,6 +387,12 @@ func (m *memory) envoyAnswers(cluster string, sp span, window, interval time.Dur
 		h, _ := m.increase(cluster, i, j)
 		return h.buckets
 	}
+	for k, good := from, from; k < n; k++ {
+		if k > good && m.ticks[k].err == nil && m.ticks[k].clusters[cluster] != nil {
+			a.parts = append(a.parts, histogram(good, k))
+			good = k
+		}
+	}
 	before := func(d time.Duration) int { return m.before(cluster, latest.at.Add(-d)) }
 	a.prev = histogram(before(2*window), before(window))
 	a.last = histogram(before(interval), n-1)

@@ -254,3 +254,35 @@ func TestThinnedMemoryKeepsTheEntryBeforeAReset(t *testing.T) {
 		t.Errorf("read %v requests from %d entries, want the %v served", got, kept, served)
 	}
 }
+
+// The span's histogram comes cut at every good tick, so that the budget
+// guard can tell a burst in one tick from a breach across the span; a tick
+// whose queries failed joins its two neighbours' part, and the parts add up
+// to the span.
+func TestSpanPartsFollowTheTicks(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	c := "tailcut_shop_web_80"
+	m := newMemory()
+	for i := range 5 {
+		tk := linearTick(t0, t0.Add(time.Duration(i)*2500*time.Millisecond), []string{c})
+		if i == 2 {
+			tk = envoyTick{at: tk.at, err: fmt.Errorf("query timed out")}
+		}
+		m.add(tk, time.Hour, nil)
+	}
+	a, _, ok := m.envoyAnswers(c, span{since: t0, rng: 10 * time.Second}, 30*time.Second, 5*time.Second)
+	if !ok {
+		t.Fatal("nothing read")
+	}
+	// Two proxies at proxyRate: 500 requests in 2.5 s.
+	var got []float64
+	for _, part := range a.parts {
+		got = append(got, bucketsOf(part)["+Inf"])
+	}
+	if want := []float64{500, 1000, 500}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("parts of %v requests, want %v: ticks 0-1, 1-3 (tick 2 failed), 3-4", got, want)
+	}
+	if whole := bucketsOf(a.buckets)["+Inf"]; whole != 2000 {
+		t.Errorf("the span holds %v requests, want 2000", whole)
+	}
+}

@@ -265,6 +265,9 @@ type answers struct {
 	// window ago, of the last evaluation interval and of the one before it,
 	// for the "hedging hurts" guard; empty when not needed.
 	prev, last, earlier answer
+	// parts are the span's histogram cut at every tick the sampler read in
+	// it, from its memory; none for a policy's own queries.
+	parts []answer
 	// coarse is, when the sampler's memory is full, how far apart it keeps
 	// the cluster's totals (memory.fit); zero when as its retention asks.
 	coarse time.Duration
@@ -348,6 +351,11 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 		}
 		r.thin = fmt.Sprintf("only %.0f requests since the delay changed %s ago, fewer than minSamples %d",
 			r.samples, promDuration(sp.rng), auto.MinSamples)
+	}
+	for _, part := range a.parts {
+		if c := histogramOf(part, qs.boundScale); c != nil {
+			r.parts = append(r.parts, c)
+		}
 	}
 	if needsHistory(policy, sp, r.hedge) {
 		r.prev, r.last, r.earlier = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale), histogramOf(a.earlier, qs.boundScale)
