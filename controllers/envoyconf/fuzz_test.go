@@ -183,6 +183,6 @@ func TestFuzzSeedsEnvoyValidate(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	envoyValidate(t, bin, path)
+	harness.EnvoyValidate(t, bin, path)
 	t.Logf("%d plans from the fuzz seeds passed envoy --mode validate", len(plans))
 }

@@ -17,14 +17,10 @@ limitations under the License.
 package envoyconf
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -37,21 +33,6 @@ import (
 
 	"github.com/tailcut/tailcut/test/harness"
 )
-
-// envoyValidate runs 'envoy --mode validate' on a config file.
-func envoyValidate(t *testing.T, bin, path string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--mode", "validate", "-c", path,
-		"--disable-hot-restart", "--log-level", "warn").CombinedOutput()
-	if err != nil {
-		t.Fatalf("envoy --mode validate -c %s: %v\n%s", path, err, out)
-	}
-	if !strings.Contains(string(out), "OK") {
-		t.Fatalf("envoy --mode validate -c %s did not say OK:\n%s", path, out)
-	}
-}
 
 // readGolden parses testdata/out/<name>.<kind>.yaml into messages made by newMsg.
 func readGolden[M proto.Message](t *testing.T, name, kind string, newMsg func() M) []M {
@@ -116,7 +97,7 @@ func TestGoldenEnvoyValidate(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			envoyValidate(t, bin, path)
+			harness.EnvoyValidate(t, bin, path)
 		})
 	}
 }
@@ -139,7 +120,7 @@ func TestBootstrapEnvoyValidate(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			envoyValidate(t, bin, path)
+			harness.EnvoyValidate(t, bin, path)
 		})
 	}
 }
