@@ -136,7 +136,7 @@ bench-proxy: ## Benchmark: Envoy's CPU and added latency with and without the he
 	@$(TOOL_ENV); $(GO) run ./test/localstack/proxybench -rates=$(PROXY_RATES)
 
 .PHONY: bench-affinity
-bench-affinity: ## Benchmark: affinity for caches: hit ratio and tail without hedging, hedging to any replica and to the key's next owner; keys moved by replica changes; writes its section of docs/benchmarks.md.
+bench-affinity: ## Benchmark: affinity for caches: hit ratio and tail without hedging, without affinity, hedging to any replica and to the key's next owner; keys moved by replica changes; writes its section of docs/benchmarks.md.
 	@$(TOOL_ENV); $(GO) run ./test/localstack/affinitybench
 
 .PHONY: bench-fanout

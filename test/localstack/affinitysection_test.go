@@ -59,6 +59,8 @@ func TestAffinityVerdictsJudgeEveryGoal(t *testing.T) {
 			true, "121.0 ms hedging to the next owner, 120.0 ms hedging to any replica (150.0 ms without hedging): misses the goal"},
 		{"next owner over the budget", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheAnyReplica, 700, 1000, 120, 0), overBudget(cacheRun(CacheNextOwner, 815, 1000, 100, 0))},
 			true, CacheNextOwner + ": extra load 6.00%, over the budget"},
+		{"without affinity: said, not judged", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheNoAffinity, 700, 1000, 90, 0), cacheRun(CacheAnyReplica, 810, 1000, 120, 0), cacheRun(CacheNextOwner, 805, 1000, 100, 0)},
+			false, "not judged: without affinity (every replica caches the hot keys) the p99 was 90.0 ms, at a hit ratio of 70.0% (12.0 points below no hedging with affinity)"},
 		{"errors", []CacheRun{cacheRun(CacheNoHedging, 820, 1000, 150, 0), cacheRun(CacheAnyReplica, 700, 1000, 120, 3), cacheRun(CacheNextOwner, 815, 1000, 100, 0)},
 			false, "not judged"},
 	} {

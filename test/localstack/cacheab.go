@@ -30,10 +30,15 @@ import (
 	"github.com/tailcut/tailcut/controllers/verify"
 )
 
-// The cache benchmark's three configurations.
+// The cache benchmark's configurations.
 const (
-	CacheNoHedging  = "affinity, no hedging"
-	CacheAnyReplica = "no affinity, hedging to any other replica"
+	CacheNoHedging = "affinity, no hedging"
+	// CacheNoAffinity is tailcut without affinity: round robin for every
+	// attempt, so every replica caches the hot keys.
+	CacheNoAffinity = "no affinity, hedging to any other replica"
+	// CacheAnyReplica keeps the keys on their owners and hedges to any
+	// replica (anyreplica.go): what #27 compares the next owner with.
+	CacheAnyReplica = "affinity, hedging to any replica"
 	CacheNextOwner  = "affinity, hedging to the key's next owner"
 )
 
@@ -77,14 +82,14 @@ func (r CacheRun) HitRatio() float64 {
 // (controllers/estimate).
 const autoMargin = 1.1
 
-// RunCacheAB runs the three configurations, each on a stack of its own (the
+// RunCacheAB runs the four configurations, each on a stack of its own (the
 // caches start empty): first without hedging, whose hedged arm's p95, with
-// an Auto policy's 10% margin, is the static delay of the two others. A
-// static delay keeps the two hedged runs comparable.
+// an Auto policy's 10% margin, is the static delay of the others. A static
+// delay keeps the hedged runs comparable.
 func RunCacheAB(ctx context.Context, o CacheABOptions) ([]CacheRun, error) {
 	var runs []CacheRun
 	var delay time.Duration
-	for _, config := range []string{CacheNoHedging, CacheAnyReplica, CacheNextOwner} {
+	for _, config := range []string{CacheNoHedging, CacheNoAffinity, CacheAnyReplica, CacheNextOwner} {
 		r, err := runCache(ctx, o, config, delay)
 		if err != nil {
 			return runs, fmt.Errorf("%s: %w", config, err)
@@ -112,7 +117,7 @@ func runCache(ctx context.Context, o CacheABOptions, config string, delay time.D
 	}
 	defer stack.Stop()
 	policy, err := stack.ApplyPolicy(ctx, func(spec *tailcutv1alpha1.HedgePolicySpec) {
-		if config != CacheAnyReplica {
+		if config != CacheNoAffinity {
 			spec.Affinity = &tailcutv1alpha1.Affinity{HashOn: tailcutv1alpha1.HashOn{Header: cacheKeyHeader}}
 		}
 		if config == CacheNoHedging {
@@ -129,6 +134,14 @@ func runCache(ctx context.Context, o CacheABOptions, config string, delay time.D
 	}
 	keys := &verify.Keys{Header: cacheKeyHeader, Count: o.Keys, Exponent: o.Zipf}
 	ab := ABOptions{Rate: o.Rate, Duration: o.Warm, Keys: keys}
+	if config == CacheAnyReplica {
+		proxy, via, err := stack.startAnyReplicaProxy(ctx, policy, delay)
+		if err != nil {
+			return CacheRun{}, err
+		}
+		defer proxy.Stop(5 * time.Second)
+		ab.Via = &via
+	}
 	o.Logf("%s: filling the caches for %s", config, o.Warm)
 	if _, err := stack.Verify(ctx, ab, policy); err != nil {
 		return CacheRun{}, err

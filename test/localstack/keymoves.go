@@ -141,7 +141,7 @@ func RunKeyMoves(ctx context.Context, o KeyMovesOptions) ([]KeyMove, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := startBenchEnvoy(ctx, envoy, o.Dir, fmt.Sprintf("keys-%s-%d", lb, len(serving)), boot, 2, port)
+		p, err := startBenchEnvoy(ctx, envoy, o.Dir, fmt.Sprintf("keys-%s-%d", lb, len(serving)), boot, 2, port, benchHost)
 		if err != nil {
 			return nil, err
 		}

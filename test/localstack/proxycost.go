@@ -99,7 +99,7 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 	if err != nil {
 		return nil, err
 	}
-	upstream, err := startBenchEnvoy(ctx, envoy, o.Dir, "noop-upstream", noopUpstream(upPort), 1, upPort)
+	upstream, err := startBenchEnvoy(ctx, envoy, o.Dir, "noop-upstream", noopUpstream(upPort), 1, upPort, benchHost)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, erro
 			if err != nil {
 				return runs, err
 			}
-			p, err := startBenchEnvoy(ctx, envoy, o.Dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(via, "+", "-"), workers), boot, workers, port)
+			p, err := startBenchEnvoy(ctx, envoy, o.Dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(via, "+", "-"), workers), boot, workers, port, benchHost)
 			if err != nil {
 				return runs, err
 			}
@@ -215,8 +215,8 @@ func noopUpstream(port int) []byte {
 }
 
 // startBenchEnvoy runs Envoy on bootstrap with workers threads and waits
-// until port answers a GET for benchHost with 200.
-func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byte, workers, port int) (*harness.Process, error) {
+// until port answers a GET for host with 200.
+func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byte, workers, port int, host string) (*harness.Process, error) {
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		return nil, err
@@ -229,7 +229,7 @@ func startBenchEnvoy(ctx context.Context, bin, dir, name string, bootstrap []byt
 	deadline := time.Now().Add(time.Minute)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr(port)+"/", nil)
-		req.Host = benchHost
+		req.Host = host
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

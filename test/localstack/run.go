@@ -216,17 +216,27 @@ type ABOptions struct {
 	Unhedged string
 	// Keys, when set, gives every GET a cache key (verify.Keys).
 	Keys *verify.Keys
+	// Via, when set, is another Envoy the A/B goes through instead of the
+	// stack's.
+	Via *Proxy
 }
+
+// Proxy is an Envoy's listener and admin ports.
+type Proxy struct{ Listener, Admin int }
 
 // Verify runs `tailcut verify` (the same code, in process) against the stack:
 // the extra load from Envoy's admin counters and from the replicas' own, the
 // budget from the policy.
 func (s *Stack) Verify(ctx context.Context, o ABOptions, policy *tailcutv1alpha1.HedgePolicy) (*verify.Report, error) {
+	via := Proxy{Listener: s.opts.Ports.Listener, Admin: s.opts.Ports.Admin}
+	if o.Via != nil {
+		via = *o.Via
+	}
 	vo := verify.Options{
-		URL: "http://" + addr(s.opts.Ports.Listener) + "/", Host: Host(), Unhedged: o.Unhedged,
+		URL: "http://" + addr(via.Listener) + "/", Host: Host(), Unhedged: o.Unhedged,
 		Rate: o.Rate, PostRate: o.PostRate, Settle: o.Settle, Duration: o.Duration,
 		Criteria: verify.DefaultCriteria(), Limits: verify.DefaultLimits(),
-		EnvoyAdmin: []string{"http://" + addr(s.opts.Ports.Admin)},
+		EnvoyAdmin: []string{"http://" + addr(via.Admin)},
 		Policy:     Namespace + "/" + PolicyName, Scenario: s.opts.Scenario.Name,
 		Keys: o.Keys,
 	}

@@ -16,8 +16,8 @@ limitations under the License.
 
 // Command affinitybench is `make bench-affinity`: hedging for a cache-backed
 // Service (#27). It runs the cache A/B (localstack.RunCacheAB: the hit ratio
-// and the tail without hedging, hedging to any replica and hedging to the
-// key's next owner) and the key movements (localstack.RunKeyMoves: keys moved
+// and the tail without hedging, without affinity, hedging to any replica and
+// hedging to the key's next owner) and the key movements (localstack.RunKeyMoves: keys moved
 // when replicas are added or removed, under Envoy's ring hash and Maglev),
 // writes its section of docs/benchmarks.md, and exits non-zero when a judged
 // run misses the goal, after writing.
