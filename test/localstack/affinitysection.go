@@ -84,7 +84,7 @@ func AffinitySection(runs []CacheRun, moves []KeyMove, o CacheABOptions, keyMove
 		"a hit takes 15 ms, a miss 60 ms, and 3%% of requests take 100 ms more (a pause). tailcut verify (%s) sends %d GETs/s per arm, "+
 		"each with a key out of %d drawn with Zipf exponent %.2f, to the hedged route and the bypass route of one Envoy; "+
 		"%s unmeasured to fill the caches, then %s measured. Each configuration runs on a stack of its own, its caches empty at the start. "+
-		"The hedge delay is static, the same in both hedged runs: the hedged arm's p95 without hedging plus an Auto policy's 10%% margin; budget 5%%. "+
+		"The hedge delay is static, the same in every hedged run: the hedged arm's p95 without hedging plus an Auto policy's 10%% margin; budget 5%%. "+
 		"The hit ratio counts every lookup at the replicas over the measured run: both arms, and hedges. "+
 		"Hedging to any replica keeps each key's requests on its owner and sends the hedge to a replica drawn round robin: tailcut's configuration "+
 		"for the same policy, run by an Envoy of its own whose hedged cluster is a composite cluster (Envoy 1.40: the first attempt to a ring-hash copy, "+
