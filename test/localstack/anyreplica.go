@@ -19,7 +19,6 @@ package localstack
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -110,10 +109,6 @@ func hedgeToAnyReplica(b *bootstrapv3.Bootstrap, hedged string) error {
 // startAnyReplicaProxy starts an Envoy beside the stack, with the stack's
 // policy and replicas, whose hedges go to any replica; stop it with Stop.
 func (s *Stack) startAnyReplicaProxy(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, delay time.Duration) (*harness.Process, Proxy, error) {
-	bin := os.Getenv("ENVOY_BIN")
-	if bin == "" {
-		return nil, Proxy{}, fmt.Errorf("ENVOY_BIN is not set: run through make (hack/tools.sh envoy installs it)")
-	}
 	listen, err := harness.ReservePort()
 	if err != nil {
 		return nil, Proxy{}, err
@@ -134,7 +129,7 @@ func (s *Stack) startAnyReplicaProxy(ctx context.Context, policy *tailcutv1alpha
 	if err != nil {
 		return nil, Proxy{}, err
 	}
-	p, err := startBenchEnvoy(ctx, bin, s.opts.Dir, "envoy-any-replica", boot, 2, listen, Host())
+	p, err := startBenchEnvoy(ctx, s.bins["envoy"], s.opts.Dir, "envoy-any-replica", boot, 2, listen, Host())
 	if err != nil {
 		return nil, Proxy{}, err
 	}

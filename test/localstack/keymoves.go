@@ -18,7 +18,6 @@ package localstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -112,9 +111,9 @@ var keyMoveSteps = []struct {
 // its default table) before and after each change of keyMoveSteps, and
 // counts at the replicas which keys moved.
 func RunKeyMoves(ctx context.Context, o KeyMovesOptions) ([]KeyMove, error) {
-	envoy := os.Getenv("ENVOY_BIN")
-	if envoy == "" {
-		return nil, errors.New("ENVOY_BIN is not set: run through make (hack/tools.sh envoy installs it)")
+	envoy, err := envoyBin()
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ package localstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -83,9 +84,9 @@ const benchHost = "web.bench"
 // application. The hedge's delay (50 ms) is never reached, as in the common
 // case: every request pays the account's bookkeeping and none is hedged.
 func RunProxyCost(ctx context.Context, o ProxyCostOptions) ([]ProxyCostRun, error) {
-	envoy := os.Getenv("ENVOY_BIN")
-	if envoy == "" {
-		return nil, fmt.Errorf("ENVOY_BIN is not set: run through make (hack/tools.sh envoy installs it)")
+	envoy, err := envoyBin()
+	if err != nil {
+		return nil, err
 	}
 	module, err := harness.BuildHedgeAccountModule(o.Dir)
 	if err != nil {
@@ -212,6 +213,14 @@ func noopUpstream(port int) []byte {
           - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
 `, port))
+}
+
+// envoyBin is $ENVOY_BIN, the Envoy the benchmarks run beside a stack.
+func envoyBin() (string, error) {
+	if bin := os.Getenv("ENVOY_BIN"); bin != "" {
+		return bin, nil
+	}
+	return "", errors.New("ENVOY_BIN is not set: run through make (hack/tools.sh envoy installs it)")
 }
 
 // startBenchEnvoy runs Envoy on bootstrap with workers threads and waits
