@@ -17,6 +17,8 @@ limitations under the License.
 package envoyconf
 
 import (
+	"time"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -71,7 +73,9 @@ func hedgeAccountFilter(code *corev3.DataSource) *hcmv3.HttpFilter {
 }
 
 // HedgeAccount is the hedged route's metadata for the account filter: its
-// policy's account and the account's terms. retries is the route's
+// policy's account and the account's terms (delay_ms and late_ms bound the
+// band of durations by which it tells whether late hedges must wait:
+// plan.HedgeLateThreshold). retries is the route's
 // num_retries: where it exceeds the hedges (a mesh's failure retries), the
 // account caps the attempts of every request it hedges.
 func HedgeAccount(p plan.RoutePlan, retries int) *corev3.Metadata {
@@ -83,5 +87,6 @@ func HedgeAccount(p plan.RoutePlan, retries int) *corev3.Metadata {
 		"hedges":     structpb.NewNumberValue(float64(p.Hedge.MaxHedges)),
 		"late_below": structpb.NewNumberValue(plan.HedgeLateThreshold),
 		"late_ms":    structpb.NewNumberValue(float64(p.Hedge.LateDelay().Milliseconds())),
+		"delay_ms":   structpb.NewNumberValue(float64((p.Hedge.Delay + time.Millisecond - 1).Milliseconds())),
 	}}}}
 }

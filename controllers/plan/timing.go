@@ -67,6 +67,17 @@ const (
 	// unhedged 115 ms; with late hedges it was 50.7 ms (idle: 47.6 ms, where
 	// the window alone gave 36.8 ms). A late hedge costs a slow request half
 	// a delay and leaves the fast mode's stragglers alone.
+	//
+	// So a hedge waits only while there are stragglers to leave alone: the
+	// account (hedgeaccount's Account::quiet_band) sends it at the delay
+	// when, of the requests that ended in its last 10 s (400 at least, for a
+	// 5% budget), fewer than a tenth of the budget's share took between the
+	// delay and the late delay. With a fast mode that ends before the delay
+	// (the local stack idle), a hedge at the delay spends nothing more, and
+	// the slow request is answered half a delay sooner; a fast mode that
+	// reaches past the delay (a busy machine, a delay still catching up)
+	// fills the band, and hedges wait as before. The account decides when a
+	// hedge goes, never how many: the budget is the same.
 	HedgeLateThreshold = 5
 
 	// HedgeLateFactor is the late delay as a multiple of the delay.

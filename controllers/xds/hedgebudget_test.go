@@ -54,9 +54,9 @@ var earlyBelow = (accountDelay + (&plan.Hedge{Delay: accountDelay}).LateDelay())
 // runAccount sends 50 GETs a second for 20 s through an accountDelay hedge with a 5%
 // budget: one Envoy worker, one account, and the run fits in one of the
 // account's windows (plan.HedgeWindow). Every slowEvery-th request goes to
-// /slow (300 ms), the rest to / (fast).
-func runAccount(t *testing.T, slowEvery int) accountRun {
-	return runAccountCancelling(t, slowEvery, 0)
+// /slow (300 ms), the rest to /, answered after fastFor.
+func runAccount(t *testing.T, slowEvery int, fastFor time.Duration) accountRun {
+	return runAccountCancelling(t, slowEvery, 0, fastFor)
 }
 
 // cancelAfter is when a cancelling client gives up: long before the hedge
@@ -67,13 +67,13 @@ const cancelAfter = 5 * time.Millisecond
 // request (none when 0) is a slow one whose client resets it after
 // cancelAfter, before Envoy would hedge it. Those requests count in the
 // budget's base (they arrived) and never answer.
-func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
+func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time.Duration) accountRun {
 	t.Helper()
 	const rate, length = 50, 20 * time.Second
 	if length >= plan.HedgeWindow {
 		t.Fatalf("the run (%s) must fit in one window of the account (%s)", length, plan.HedgeWindow)
 	}
-	up := harness.NewUpstream(t, 0)
+	up := harness.NewUpstream(t, fastFor)
 	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Hedge.Delay = accountDelay
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
@@ -167,12 +167,33 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int) accountRun {
 // not hold them back, as a retry holds its place in the budget only while it
 // waits out its back-off (1 ms on a hedged route), not while it runs. The
 // account allows at most the budget's share of the requests of its window, 5%
-// of 1,000: 50 hedges, none for requests in flight beyond it. With every
-// request slow, a request never leaves the late threshold behind, so every
-// hedge is late: 150 ms (1.5 x 100 ms) after its first attempt, not 100.
+// of 1,000: 50 hedges, none for requests in flight beyond it.
+//
+// With every request slow, a request never leaves the late threshold behind,
+// so every hedge is one the account would send late (150 ms, 1.5 x 100 ms).
+// It does so until 400 requests have ended within its last 10 s (8 s in):
+// then the band between the delay and the late delay is seen empty (every
+// answer takes 300 ms), no request there would take a hedge, and the rest go
+// at the delay. The cap is the same either way.
 func TestHedgeAccountCapsTheRate(t *testing.T) {
-	if run := runAccount(t, 1); run.early > 0 {
-		t.Errorf("%d hedges came sooner than %s after their first attempt; every hedge should be late (%s)", run.early, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
+	run := runAccount(t, 1, 0)
+	if run.early == 0 || run.early == run.hedges {
+		t.Errorf("%d of %d hedges came sooner than %s after their first attempt; want the first ones late (%s), while fewer than 400 requests had ended, and the later ones at the delay (the band is empty)",
+			run.early, run.hedges, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
+	}
+}
+
+// TestLateHedgesWaitWhileTheBandIsBusy (#26): the fast requests answer
+// after 120 ms, between the delay (100 ms) and the late delay (150 ms), and
+// one in ten is slow (300 ms), more than the 5% budget hedges, so the
+// account is always near its end and its hedges late. A hedge at the delay
+// would go to every fast request that drew one and be wasted, as the first
+// attempt answers 20 ms later; the band is full, so every hedge waits for the
+// late delay, and only slow requests are hedged: 5% of 1,000.
+func TestLateHedgesWaitWhileTheBandIsBusy(t *testing.T) {
+	if run := runAccount(t, 10, 120*time.Millisecond); run.early > 0 {
+		t.Errorf("%d hedges came sooner than %s after their first attempt; with the band between the delay and the late delay full, every hedge should be late (%s)",
+			run.early, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
 	}
 }
 
@@ -183,7 +204,7 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 // requests. With the give-back removed from the account (the Lua account of
 // the time), the commitments fell on fast requests and 0 hedges were sent.
 func TestHedgeAccountGivesBackUnusedHedges(t *testing.T) {
-	runAccount(t, 10)
+	runAccount(t, 10, 0)
 }
 
 // TestHedgeAccountSurvivesCancellations (#23, defect 2): callers with
@@ -196,11 +217,16 @@ func TestHedgeAccountGivesBackUnusedHedges(t *testing.T) {
 // account must hedge as it does without cancellations: every slow request,
 // within 5% of the run without them.
 func TestHedgeAccountSurvivesCancellations(t *testing.T) {
-	polite := runAccountCancelling(t, 25, 0)
-	cancelling := runAccountCancelling(t, 25, 25)
+	polite := runAccountCancelling(t, 25, 0, 0)
+	cancelling := runAccountCancelling(t, 25, 25, 0)
 	t.Logf("hedges: %d of %d slow requests without cancellations, %d of %d with 4%% of requests cancelled",
 		polite.hedges, polite.slow, cancelling.hedges, cancelling.slow)
-	if float64(cancelling.hedges) < 0.95*float64(polite.hedges) {
-		t.Errorf("with cancellations the account sent %d hedges, without %d: want at least 95%%", cancelling.hedges, polite.hedges)
+	// By share of the slow requests, not by count: on a busy machine the
+	// paced client sends fewer requests than asked (in one run beside two
+	// busy loops and a benchmark, 840 and 638 of 1,000), and fewer slow ones.
+	politeShare := float64(polite.hedges) / float64(polite.slow)
+	cancellingShare := float64(cancelling.hedges) / float64(cancelling.slow)
+	if cancellingShare < 0.95*politeShare {
+		t.Errorf("with cancellations the account hedged %.1f%% of the slow requests, without %.1f%%: want at least 95%% of it", 100*cancellingShare, 100*politeShare)
 	}
 }

@@ -19,9 +19,12 @@ pub struct Terms {
     /// The policy's maxHedges: the most a request is given.
     pub hedges: i64,
     /// A request that would leave fewer hedges than `late_below` in the
-    /// window is hedged late, after `late_ms` instead of the delay.
+    /// window is hedged late, after `late_ms` instead of the delay, unless
+    /// the band between the delay (`delay_ms`; 0: not known) and `late_ms`
+    /// is quiet (Account::quiet_band).
     pub late_below: i64,
     pub late_ms: i64,
+    pub delay_ms: i64,
     /// The route's num_retries; where it exceeds the hedges (a mesh's failure
     /// retries), a hedged request is capped at its hedges.
     pub retries: i64,
@@ -51,13 +54,27 @@ pub struct Grant {
     pub late: bool,
 }
 
-/// One second of an account's history.
+/// One second of an account's history: its requests, the hedges committed
+/// to them, and of those that ended, how many and how many took between the
+/// delay and the late delay.
 #[derive(Clone, Copy, Default)]
 struct Slot {
     second: i64,
     requests: i64,
     committed: i64,
+    ended: i64,
+    in_band: i64,
 }
+
+/// The seconds before the current one whose ended requests say whether the
+/// band is quiet.
+const BAND_SECONDS: i64 = 10;
+
+/// The band is quiet while fewer than this share of the budget's ratio of
+/// the ended requests took between the delay and the late delay (0.5% of
+/// them under a 5% budget): hedging such requests at the delay would spend at
+/// most a tenth of the budget on requests that were about to answer.
+const QUIET_BAND_SHARE: f64 = 0.1;
 
 /// One policy's history on one worker (each Envoy worker runs its own VM, so
 /// its own accounts). It keeps the last 2 x window + 1 seconds.
@@ -88,13 +105,28 @@ struct Account {
 }
 
 /// What a request took from its account: its hedges, committed in the second
-/// it arrived. It is settled once, when the stream ends.
+/// it arrived (none when none fit). It is settled once, when the stream ends,
+/// and the stream's duration is recorded against the band it had.
 #[derive(Debug, Default)]
 pub struct Commitment {
     account: String,
     generation: u64,
     second: i64,
     hedges: i64,
+    band: (i64, i64),
+}
+
+impl Commitment {
+    /// Whether the request was given a hedge.
+    pub fn hedged(&self) -> bool {
+        self.hedges > 0
+    }
+
+    /// Whether the stream's duration is wanted at its end (Accounts::ended):
+    /// its terms named the delay.
+    pub fn has_band(&self) -> bool {
+        self.band.0 > 0
+    }
 }
 
 /// A worker's accounts, by name.
@@ -163,6 +195,21 @@ impl Account {
         }
         least
     }
+
+    /// Whether, over the last BAND_SECONDS whole seconds, enough requests
+    /// ended (2 / the quiet share) and fewer than the quiet share of them took
+    /// between the delay and the late delay. A fast mode that ends well
+    /// before the delay leaves the band quiet, and a late hedge there would
+    /// only make a slow request wait; a fast mode that reaches past the delay
+    /// (a busy machine, a delay that has not caught up) fills it, and late
+    /// hedges keep its stragglers from taking the slow requests' hedges.
+    fn quiet_band(&self, ratio: f64) -> bool {
+        let share = QUIET_BAND_SHARE * ratio;
+        let (ended, in_band) = (1..=BAND_SECONDS)
+            .filter_map(|age| self.at(self.now - age))
+            .fold((0i64, 0i64), |(e, b), sl| (e + sl.ended, b + sl.in_band));
+        ended as f64 >= 2.0 / share && (in_band as f64) < share * ended as f64
+    }
 }
 
 impl Accounts {
@@ -189,14 +236,15 @@ impl Accounts {
         let slot = &mut a.slots[cur];
         slot.requests += 1;
         let left = earlier + t.ratio * slot.requests as f64 - slot.committed as f64;
-        let fit = t.hedges.min(left.floor() as i64);
-        if fit < 1 {
-            return (Grant::default(), Commitment::default());
-        }
+        let fit = t.hedges.min(left.floor() as i64).max(0);
         slot.committed += fit;
-        let grant = Grant { hedges: fit, cap_retries: fit < t.retries, late: left - (fit as f64) < t.late_below as f64 };
-        let c = Commitment { account: t.account.clone(), generation: a.generation, second: slot.second, hedges: fit };
-        (grant, c)
+        let band = if t.delay_ms > 0 && t.late_ms > t.delay_ms { (t.delay_ms, t.late_ms) } else { (0, 0) };
+        let c = Commitment { account: t.account.clone(), generation: a.generation, second: slot.second, hedges: fit, band };
+        if fit < 1 {
+            return (Grant::default(), c);
+        }
+        let late = left - (fit as f64) < t.late_below as f64 && !(band.0 > 0 && a.quiet_band(t.ratio));
+        (Grant { hedges: fit, cap_retries: fit < t.retries, late }, c)
     }
 
     /// t's account, new when its window changed: a new window cannot take
@@ -244,6 +292,29 @@ impl Accounts {
             a.stale = true;
         }
         unused
+    }
+
+    /// Records that a request ended after duration_ms, in the second it
+    /// arrived, while that second is in its account's history: whether it
+    /// took between the delay and the late delay it was admitted with.
+    pub fn ended(&mut self, c: &Commitment, duration_ms: i64) {
+        let Some(a) = self.by_name.get_mut(&c.account) else { return };
+        if a.generation != c.generation || c.second < 0 || c.band.0 <= 0 {
+            return;
+        }
+        let i = a.index(c.second);
+        let slot = &mut a.slots[i];
+        if slot.second != c.second {
+            return;
+        }
+        slot.ended += 1;
+        slot.in_band += (duration_ms > c.band.0 && duration_ms <= c.band.1) as i64;
+    }
+
+    /// The requests that ended of second s of an account, and those in its
+    /// band, for tests.
+    pub fn band(&self, name: &str, s: i64) -> (i64, i64) {
+        self.by_name.get(name).and_then(|a| a.at(s)).map_or((0, 0), |sl| (sl.ended, sl.in_band))
     }
 
     /// The account's committed hedges and requests in its last window

@@ -52,24 +52,27 @@ mod filter {
         "x-envoy-hedge-on-per-try-timeout",
     ];
 
-    /// One stream: its commitment, from its request headers to its end.
+    /// One stream: its commitment and when it started (ms), from its request
+    /// headers to its end.
     struct Stream {
         commitment: Option<Commitment>,
+        started_ms: i64,
     }
 
     fn property(path: Vec<&str>) -> Option<Vec<u8>> {
         hostcalls::get_property(path).ok().flatten()
     }
 
-    fn now_seconds() -> i64 {
-        hostcalls::get_current_time().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64)
+    fn now_ms() -> i64 {
+        hostcalls::get_current_time().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as i64)
     }
 
     impl Context for Stream {}
 
     impl HttpContext for Stream {
         fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
-            let now = now_seconds();
+            self.started_ms = now_ms();
+            let now = self.started_ms / 1000;
             ACCOUNTS.with_borrow_mut(|a| a.sweep(now));
             let Some(md) = property(vec!["xds", "route_metadata", "filter_metadata", METADATA_KEY]) else {
                 return Action::Continue;
@@ -88,6 +91,7 @@ mod filter {
                 return Action::Continue;
             }
             let (grant, c) = ACCOUNTS.with_borrow_mut(|a| a.admit(now, &terms));
+            self.commitment = Some(c);
             if grant.hedges == 0 {
                 // No per-try timeout, so no hedge; the route's failure
                 // retries stay.
@@ -100,22 +104,27 @@ mod filter {
             if grant.cap_retries {
                 self.set_http_request_header("x-envoy-max-retries", Some(&grant.hedges.to_string()));
             }
-            self.commitment = Some(c);
             Action::Continue
         }
 
         fn on_log(&mut self) {
             let Some(mut c) = self.commitment.take() else { return };
-            let attempts = property(vec!["upstream", "request_attempt_count"])
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map_or(0, |b| u64::from_le_bytes(b) as i64);
-            ACCOUNTS.with_borrow_mut(|a| a.settle(&mut c, attempts));
+            if c.hedged() {
+                let attempts = property(vec!["upstream", "request_attempt_count"])
+                    .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                    .map_or(0, |b| u64::from_le_bytes(b) as i64);
+                ACCOUNTS.with_borrow_mut(|a| a.settle(&mut c, attempts));
+            }
+            if c.has_band() {
+                let took = now_ms() - self.started_ms;
+                ACCOUNTS.with_borrow_mut(|a| a.ended(&c, took));
+            }
         }
     }
 
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(LogLevel::Info);
-        proxy_wasm::set_http_context(|_, _| -> Box<dyn HttpContext> { Box::new(Stream { commitment: None }) });
+        proxy_wasm::set_http_context(|_, _| -> Box<dyn HttpContext> { Box::new(Stream { commitment: None, started_ms: 0 }) });
         let _ = hostcalls::log(LogLevel::Info, "tailcut hedge account: started");
     }}
 }

@@ -23,7 +23,7 @@ pub fn from_metadata(b: &[u8]) -> Option<Terms> {
     if n > b.len() / 8 || 4 + 8 * n > b.len() {
         return None;
     }
-    let mut t = Terms { account: String::new(), ratio: 0.0, window: 0, hedges: 0, late_below: 0, late_ms: 0, retries: -1, methods: String::new() };
+    let mut t = Terms { account: String::new(), ratio: 0.0, window: 0, hedges: 0, late_below: 0, late_ms: 0, delay_ms: 0, retries: -1, methods: String::new() };
     let mut have = 0u8;
     let mut off = 4 + 8 * n;
     for i in 0..n {
@@ -50,6 +50,7 @@ pub fn from_metadata(b: &[u8]) -> Option<Terms> {
             b"late_below" => (t.late_below, have) = (f as i64, have | 16),
             b"late_ms" => (t.late_ms, have) = (f as i64, have | 32),
             b"retries" => t.retries = f as i64,
+            b"delay_ms" => t.delay_ms = f as i64,
             _ => {}
         }
     }

@@ -9,7 +9,7 @@ use crate::terms::from_metadata;
 
 /// A 5% budget over 30 s, one hedge, late below 5 hedges left.
 fn terms() -> Terms {
-    Terms { account: "shop/web".into(), ratio: 0.05, window: 30, hedges: 1, late_below: 5, late_ms: 30, retries: 1, methods: String::new() }
+    Terms { account: "shop/web".into(), ratio: 0.05, window: 30, hedges: 1, late_below: 5, late_ms: 30, delay_ms: 0, retries: 1, methods: String::new() }
 }
 
 /// Sends n requests at second now that are answered unhedged.
@@ -239,4 +239,62 @@ fn no_stretch_goes_over_the_budget() {
     let total: i64 = hedges[60..150].iter().sum();
     assert!(total >= 850, "every request slow for 90 s: {total} hedges, want at least 850 (30/31 of the budget's 900)");
     println!("worst stretch: {:.3}% hedged; {total} hedges while every request was slow", 100.0 * worst);
+}
+
+/// Seconds 90 to 99 each see 100 requests answered unhedged, `in_band` of
+/// them in all after 25 ms (between a 20 ms delay and a 30 ms late delay),
+/// the others after 16 ms; at second 100 requests are hedged (Envoy sends
+/// each hedge) until the account's end. Returns how many grants were late.
+fn late_grants_after(history: i64, in_band: i64) -> (i64, i64) {
+    let (mut a, t) = (Accounts::new(), Terms { delay_ms: 20, ..terms() });
+    let mut band_left = in_band;
+    for i in 0..history {
+        let (_, mut c) = a.admit(90 + i % 10, &t);
+        a.settle(&mut c, 1);
+        let took = if band_left > 0 { band_left -= 1; 25 } else { 16 };
+        a.ended(&c, took);
+    }
+    let (mut granted, mut late) = (0, 0);
+    loop {
+        let (g, mut c) = a.admit(100, &t);
+        if g.hedges == 0 {
+            return (granted, late);
+        }
+        granted += 1;
+        late += g.late as i64;
+        a.settle(&mut c, 2);
+        a.ended(&c, 35);
+    }
+}
+
+/// #26: late hedges wait only while the band between the delay and the late
+/// delay holds the budget's tenth share of requests (0.5% under 5%). The
+/// history leaves 50 hedges (5% of 1,000 requests) and each hedged request
+/// adds 0.05: after the n-th, 50 + 0.05n - n are left, under 5 from n = 48
+/// (45/0.95 = 47.4) and under 0 past n = 52 (50/0.95 = 52.6): the last 5
+/// of 52 grants would be late.
+#[test]
+fn late_hedges_wait_only_while_the_band_is_busy() {
+    assert_eq!(late_grants_after(1000, 0), (52, 0), "quiet band: every hedge at the delay");
+    assert_eq!(late_grants_after(1000, 4), (52, 0), "0.4% in the band: quiet");
+    assert_eq!(late_grants_after(1000, 6), (52, 5), "0.6% in the band: late");
+    // Fewer than 2 / 0.5% = 400 ended requests say nothing: late. 300 requests
+    // leave 15 hedges; 15 + 0.05n - n < 5 from n = 11 (10/0.95 = 10.5), of
+    // 15 grants (15/0.95 = 15.8).
+    assert_eq!(late_grants_after(300, 0), (15, 5), "too few ended requests");
+}
+
+#[test]
+fn the_band_is_past_the_delay_up_to_the_late_delay() {
+    let (mut a, t) = (Accounts::new(), Terms { delay_ms: 20, ..terms() });
+    for took in [20, 21, 30, 31] {
+        let (_, c) = a.admit(100, &t);
+        a.ended(&c, took);
+    }
+    assert_eq!(a.band("shop/web", 100), (4, 2), "21 and 30 ms are in the band, 20 and 31 are not");
+    // Without the delay in the terms (an older operator's route), nothing is
+    // recorded and late hedges wait as before.
+    let (_, c) = a.admit(100, &terms());
+    a.ended(&c, 25);
+    assert_eq!(a.band("shop/web", 100), (4, 2));
 }
