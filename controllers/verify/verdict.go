@@ -45,6 +45,30 @@ func DefaultCriteria() Criteria {
 // means it passes. A promise that could not be measured fails: a verdict
 // never passes on what it did not see.
 func judge(r *Report, c Criteria) []string {
+	reasons := r.Invalid(c)
+	for _, name := range slices.Sorted(maps.Keys(r.Arms)) {
+		a := r.Arms[name]
+		if errs := a.Errors + a.SettleErrors; errs > 0 {
+			reasons = append(reasons, fmt.Sprintf("%d of %d %s requests failed (%v)", errs, a.Sent+a.SettleSent, name, a.ErrorKinds))
+		}
+	}
+	h, u := r.Hedged(), r.Unhedged()
+	switch {
+	case h.Count == 0 || u.Count == 0:
+		reasons = append(reasons, "no latency measured in one of the arms")
+	case h.P99 > c.MaxP99Ratio*u.P99:
+		reasons = append(reasons, fmt.Sprintf("hedged p99 %.1fms is not at most %g x %s p99 %.1fms (ratio %.2f)", h.P99, c.MaxP99Ratio, r.UnhedgedArm, u.P99, h.P99/u.P99))
+	}
+	reasons = append(reasons, judgeLoad(r)...)
+	return append(reasons, judgePosts(r)...)
+}
+
+// Invalid says why the run did not apply the load it claims: an arm that
+// sent nothing, sent less than 99% of its schedule, or sent more than
+// c.MaxLateFraction of its requests c.LateAfter or more behind it. None: the
+// rate was kept, and the latencies measured it. The benchmarks judge their
+// runs' load by the same rule.
+func (r *Report) Invalid(c Criteria) []string {
 	reasons := []string{}
 	for _, name := range slices.Sorted(maps.Keys(r.Arms)) {
 		a := r.Arms[name]
@@ -60,19 +84,8 @@ func judge(r *Report, c Criteria) []string {
 		if a.Sent < a.Scheduled*99/100 {
 			reasons = append(reasons, fmt.Sprintf("invalid run: the %s arm sent %d of %d scheduled requests", name, a.Sent, a.Scheduled))
 		}
-		if errs := a.Errors + a.SettleErrors; errs > 0 {
-			reasons = append(reasons, fmt.Sprintf("%d of %d %s requests failed (%v)", errs, total, name, a.ErrorKinds))
-		}
 	}
-	h, u := r.Hedged(), r.Unhedged()
-	switch {
-	case h.Count == 0 || u.Count == 0:
-		reasons = append(reasons, "no latency measured in one of the arms")
-	case h.P99 > c.MaxP99Ratio*u.P99:
-		reasons = append(reasons, fmt.Sprintf("hedged p99 %.1fms is not at most %g x %s p99 %.1fms (ratio %.2f)", h.P99, c.MaxP99Ratio, r.UnhedgedArm, u.P99, h.P99/u.P99))
-	}
-	reasons = append(reasons, judgeLoad(r)...)
-	return append(reasons, judgePosts(r)...)
+	return reasons
 }
 
 func judgeLoad(r *Report) []string {
