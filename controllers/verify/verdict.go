@@ -60,7 +60,7 @@ func judge(r *Report, c Criteria) []string {
 		reasons = append(reasons, fmt.Sprintf("hedged p99 %.1fms is not at most %g x %s p99 %.1fms (ratio %.2f)", h.P99, c.MaxP99Ratio, r.UnhedgedArm, u.P99, h.P99/u.P99))
 	}
 	reasons = append(reasons, judgeLoad(r)...)
-	return append(reasons, judgePosts(r)...)
+	return append(reasons, r.Duplicated()...)
 }
 
 // Invalid says why the run did not apply the load it claims: an arm that
@@ -119,9 +119,9 @@ func judgeLoad(r *Report) []string {
 	return reasons
 }
 
-// judgePosts: a non-idempotent request must run once. The replicas' counters
+// Duplicated says why a request that must run once may have run twice: the replicas' counters
 // say so directly; Envoy's say that nothing on the unhedged route was retried.
-func judgePosts(r *Report) []string {
+func (r *Report) Duplicated() []string {
 	var reasons []string
 	if e := r.ExtraLoad.Envoy; e != nil && e.UnhedgedRetries > 0 {
 		reasons = append(reasons, fmt.Sprintf("%.0f requests on the unhedged route (POSTs among them) were retried", e.UnhedgedRetries))

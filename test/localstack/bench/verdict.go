@@ -50,9 +50,10 @@ type scenarioVerdict struct {
 }
 
 // valid says whether a run applied the load it claims, by tailcut verify's
-// own rule (verify.Report.Invalid), and none of its requests failed.
+// own rule (verify.Report.Invalid), none of its requests failed and none
+// that must run once ran twice (verify.Report.Duplicated).
 func valid(r localstack.Report) bool {
-	return len(r.Invalid(verify.DefaultCriteria())) == 0 && r.Errors() == 0
+	return len(r.Invalid(verify.DefaultCriteria())) == 0 && r.Errors() == 0 && len(r.Duplicated()) == 0
 }
 
 // judgeRuns judges every scenario's automatic run, in the order the rows
@@ -107,6 +108,7 @@ func judgeScenario(sc string, a row, runs []row) scenarioVerdict {
 		v.fails = append(v.fails, fmt.Sprintf("%d requests failed", n))
 	}
 	v.fails = append(v.fails, a.r.Invalid(verify.DefaultCriteria())...)
+	v.fails = append(v.fails, a.r.Duplicated()...)
 	if v.best != nil && v.best.r.Hedged().P99 > 0 {
 		v.vsBest = a.r.Hedged().P99 / v.best.r.Hedged().P99
 		if target := autoVsBestOf(sc); v.vsBest > target {

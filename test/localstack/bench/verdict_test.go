@@ -120,19 +120,22 @@ func TestARunThatLostTheRateOrTheBudgetIsNoBestStatic(t *testing.T) {
 	}
 }
 
-func TestAutoMustKeepTheRateAndAnswerEveryRequest(t *testing.T) {
+func TestAutoMustKeepTheRateAnswerEveryRequestAndRetryNoPost(t *testing.T) {
 	late := abRun("bimodal3", "auto", 9000, 116.8, 36.8, 3.75, 91) // 1.01%
 	failed := abRun("bimodal3", "auto", 9000, 116.8, 36.8, 3.75, 0)
 	h := failed.r.Arms[verify.ArmHedged]
 	h.Errors = 3
 	failed.r.Arms[verify.ArmHedged] = h
+	retried := abRun("bimodal3", "auto", 9000, 116.8, 36.8, 3.75, 0)
+	retried.r.ExtraLoad.Envoy.UnhedgedRetries = 2
 	static := abRun("bimodal3", "17ms", 4500, 116.7, 35.9, 3.98, 0)
 	for name, c := range map[string]struct {
 		auto row
 		want string
 	}{
-		"late":   {late, "invalid run: 91 of 9000 hedged requests (1.0%) left 10ms or more behind"},
-		"errors": {failed, "3 requests failed"},
+		"late":    {late, "invalid run: 91 of 9000 hedged requests (1.0%) left 10ms or more behind"},
+		"errors":  {failed, "3 requests failed"},
+		"retried": {retried, "2 requests on the unhedged route (POSTs among them) were retried"},
 	} {
 		v := judgeOne(t, []row{c.auto, static})
 		if !strings.Contains(strings.Join(v.fails, "; "), c.want) {
