@@ -361,21 +361,27 @@ func TestClosedLoopBudgetWhateverTheFastMode(t *testing.T) {
 // minutes and back. The delay is above the new fast mode within two
 // evaluations of the shift, the hedge share of the following 30s is back
 // within 1.5 x budget, hedging never stops, and after the shift the delay
-// returns below 25ms.
+// returns below 25ms within four evaluations: two for the last two intervals
+// to read the fast mode alone (recent.go), one step down, and one for what
+// Envoy and Prometheus report late. Before recent.go it took a window more.
 func TestClosedLoopFollowsAShift(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		policy func(*tailcutv1alpha1.HedgePolicy)
 		from   time.Duration
 		lasts  time.Duration
-		back   time.Duration // the longest the return may take: a window for the budget floor to expire, and steps down
+		back   time.Duration // the longest the return may take
 		// noAccount: an Istio sidecar, which has no hedge account.
 		noAccount bool
 	}{
-		{"local stack", localStack, 2 * time.Minute, 2 * time.Minute, 30*time.Second + 4*5*time.Second, false},
+		{"local stack", localStack, 2 * time.Minute, 2 * time.Minute, 4 * 5 * time.Second, false},
 		// As TestOrdinaryTraffic shifts: back before a window passed.
-		{"local stack, 30s", localStack, 2 * time.Minute, 30 * time.Second, 30*time.Second + 4*5*time.Second, false},
-		{"defaults", nil, 5 * time.Minute, 2 * time.Minute, 2*time.Minute + 4*30*time.Second, false},
+		{"local stack, 30s", localStack, 2 * time.Minute, 30 * time.Second, 4 * 5 * time.Second, false},
+		{"defaults", nil, 5 * time.Minute, 2 * time.Minute, 4 * 30 * time.Second, false},
+		// Without the account every slow request is hedged at the delay: 5%
+		// slow under a 5% budget reads over it in some windows (seed 9: at the
+		// return, 50.6 -> 75.9ms), and the budget floor then holds for a
+		// window before the delay comes down.
 		{"local stack, no hedge account", localStack, 2 * time.Minute, 2 * time.Minute, 30*time.Second + 4*5*time.Second, true},
 	} {
 		until := tc.from + tc.lasts

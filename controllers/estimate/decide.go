@@ -153,6 +153,7 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 	var (
 		target, lowerBound float64
 		basis, rationed    string
+		recent             string
 		quantile           *tailcutv1alpha1.QuantileObservation
 	)
 	observe := func(v float64, lower bool) {
@@ -187,6 +188,11 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			return attach(withoutData(policy, auto, newNoData(tailcutv1alpha1.ReasonQuantileInfinite,
 				"more than %.1f%% of requests took longer than the histogram's last finite bucket", 100*tau*(1+budgetSlack)), now))
 		}
+		samples, over := r.samples, promDuration(sp.rng)
+		if dr, tr, why, ok := recentReading(r, d, limit, z, sp.censorAt, auto.MinSamples, auto.DeadbandPercent); ok {
+			d, tail, samples, over = dr, tr, r.last.total()+r.earlier.total(), "the last two evaluation intervals"
+			recent = why
+		}
 		if nd := checkQuantile(d, auto.Max.Duration); nd != nil {
 			return attach(withoutData(policy, auto, nd, now))
 		}
@@ -200,7 +206,7 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		if d <= sp.censorAt*(1+1e-9) {
 			target = d * (1 + delayMargin)
 			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s), +%.0f%% margin",
-				100*tail, r.samples, promDuration(sp.rng), roundUp(d), qName, 100*delayMargin)
+				100*tail, samples, over, roundUp(d), qName, 100*delayMargin)
 			observe(d, false)
 		} else {
 			// The quantile is at least d: never a reason to go down, and a
@@ -235,6 +241,9 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 	notes := []string{hedgeNote}
 	if rationed != "" {
 		notes = append(notes, rationed)
+	}
+	if recent != "" {
+		notes = append(notes, recent)
 	}
 
 	// The hedge account in Envoy holds hedges to the budget, so the hedge

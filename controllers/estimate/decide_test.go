@@ -148,6 +148,39 @@ func TestDecideOverReadings(t *testing.T) {
 				t.Errorf("delay %s, floor %+v (%s), want raised above 25.3ms, a floor at 25.3ms", res.Delay, res.Floor, res.Reason)
 			}
 		}, nil},
+		// The fast mode was at 40 ms for most of the span and is back at 15:
+		// 2,500 requests before the last two intervals, 2,375 of them in
+		// (36, 40] ms and 125 slow, then 1,500 with 1,424 faster than 17 ms
+		// (le=16) and 76 slow. The span reads 41 ms (5.03% past it, within
+		// 5.25% + 2 x 0.35%), the delay in force is 45.1 ms. The two
+		// intervals read 17 ms (5.07% past it, within 5.25% + 2 x 0.58%),
+		// where all 2,500 before them ran past: the delay comes down,
+		// toward 17 ms + 10% by at most 50%, rather than a window later.
+		{"a slow stretch has passed: the last two intervals bring the delay down", 45100 * time.Microsecond, func(t *testing.T) readings {
+			interval := mustCDF(t, map[float64]float64{14: 0, 16: 712, 36: 712, 40: 712, 110: 712, 120: 750, 150: 750})
+			span := mustCDF(t, map[float64]float64{14: 0, 16: 1424, 36: 1424, 40: 3799, 110: 3799, 120: 3875, 150: 4000})
+			return readings{cdf: span, edge: envoyEdge, samples: 4000, last: interval, earlier: interval,
+				hedge: &hedgeReading{requests: 4000, retries: 190}}
+		}, func(t *testing.T, res Result) {
+			if res.Target != 18700*time.Microsecond || res.Delay >= 45100*time.Microsecond || res.Delay < 22500*time.Microsecond ||
+				!strings.Contains(res.Reason, "5.07% of them took longer than 17ms, against 100.00% of the 2500 before them") {
+				t.Errorf("delay %s, target %s (%s), want a target of 18.7ms, a step down from 45.1ms, and why", res.Delay, res.Target, res.Reason)
+			}
+		}, nil},
+		// Steady: the two intervals drew a little fewer slow requests than
+		// the span (5.87% against 6.88% past 17 ms; 1.25 standard errors of
+		// the difference apart), enough for a reading of 17 ms at their
+		// count, not for a reason to move: the span's 19 ms (+10%) holds.
+		{"steady: two intervals that drew fewer slow requests move nothing", 20900 * time.Microsecond, func(t *testing.T) readings {
+			interval := mustCDF(t, map[float64]float64{14: 0, 16: 706, 18: 712, 120: 750})
+			span := mustCDF(t, map[float64]float64{14: 0, 16: 3740, 18: 3800, 120: 4000})
+			return readings{cdf: span, edge: envoyEdge, samples: 4000, last: interval, earlier: interval,
+				hedge: &hedgeReading{requests: 4000, retries: 190}}
+		}, func(t *testing.T, res Result) {
+			if res.Target != 20900*time.Microsecond || res.Delay != 20900*time.Microsecond || strings.Contains(res.Reason, "intervals") {
+				t.Errorf("delay %s, target %s (%s), want 20.9ms from the span", res.Delay, res.Target, res.Reason)
+			}
+		}, nil},
 		// One replica of three 100 ms slower (issue #26's badhost): of 3,000
 		// requests 2,000 are faster than 17 ms (le=16) and 1,000 in le=120
 		// (faster than 130 ms). The median is 15.5 ms (rank 1,500 of the

@@ -19,6 +19,7 @@ package estimate
 import (
 	"errors"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -213,4 +214,37 @@ func (c *cdf) notProvenFaster(seconds float64, edge bucketEdge) float64 {
 		faster = c.cum[i]
 	}
 	return 1 - faster/c.total()
+}
+
+// plus is the histogram of the requests of c and o together; nil when their
+// buckets differ (a proxy's buckets changed between the two readings).
+func (c *cdf) plus(o *cdf) *cdf {
+	if o == nil || !slices.Equal(c.bounds, o.bounds) {
+		return nil
+	}
+	sum := &cdf{bounds: c.bounds, cum: make([]float64, len(c.cum))}
+	for i := range c.cum {
+		sum.cum[i] = c.cum[i] + o.cum[i]
+	}
+	return sum
+}
+
+// minus is the histogram of the requests of c that are not in o, a stretch
+// of c's span; nil when their buckets differ or nothing is left. Counts are
+// made non-decreasing and non-negative, as newCDF does.
+func (c *cdf) minus(o *cdf) *cdf {
+	if o == nil || !slices.Equal(c.bounds, o.bounds) {
+		return nil
+	}
+	rest := &cdf{bounds: c.bounds, cum: make([]float64, len(c.cum))}
+	for i := range c.cum {
+		rest.cum[i] = math.Max(0, c.cum[i]-o.cum[i])
+		if i > 0 && rest.cum[i] < rest.cum[i-1] {
+			rest.cum[i] = rest.cum[i-1]
+		}
+	}
+	if rest.total() <= 0 {
+		return nil
+	}
+	return rest
 }

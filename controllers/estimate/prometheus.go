@@ -357,9 +357,7 @@ func (p *Prometheus) interpret(policy *tailcutv1alpha1.HedgePolicy, auto *tailcu
 			r.parts = append(r.parts, c)
 		}
 	}
-	if needsHistory(policy, sp, r.hedge) {
-		r.prev, r.last, r.earlier = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale), histogramOf(a.earlier, qs.boundScale)
-	}
+	r.prev, r.last, r.earlier = histogramOf(a.prev, qs.boundScale), histogramOf(a.last, qs.boundScale), histogramOf(a.earlier, qs.boundScale)
 	return r
 }
 
