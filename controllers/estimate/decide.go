@@ -155,10 +155,13 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 		basis, rationed    string
 		recent             string
 		quantile           *tailcutv1alpha1.QuantileObservation
+		// samples and over are what the delay was read from: the span,
+		// or the last two intervals (recent.go).
+		samples, over = r.samples, promDuration(sp.rng)
 	)
 	observe := func(v float64, lower bool) {
 		quantile = &tailcutv1alpha1.QuantileObservation{Quantile: 1 - tau, Value: metav1.Duration{Duration: roundUp(v)},
-			LowerBound: lower, Samples: int64(math.Round(r.samples)), SampledAt: nowT}
+			LowerBound: lower, Samples: int64(math.Round(samples)), SampledAt: nowT}
 	}
 	switch {
 	case r.cdf == nil && r.thin == "":
@@ -188,7 +191,6 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			return attach(withoutData(policy, auto, newNoData(tailcutv1alpha1.ReasonQuantileInfinite,
 				"more than %.1f%% of requests took longer than the histogram's last finite bucket", 100*tau*(1+budgetSlack)), now))
 		}
-		samples, over := r.samples, promDuration(sp.rng)
 		if dr, tr, why, ok := recentReading(r, d, limit, z, sp.censorAt, auto.MinSamples, auto.DeadbandPercent); ok {
 			d, tail, samples, over = dr, tr, r.last.total()+r.earlier.total(), "the last two evaluation intervals"
 			recent = why

@@ -33,7 +33,8 @@ type queryKind string
 
 const (
 	kQuantile queryKind = "quantile" // a Custom query
-	kBuckets  queryKind = "buckets"  // the span's and the last interval's histogram
+	kBuckets  queryKind = "buckets"  // the span's histogram
+	kRecent   queryKind = "recent"   // the last two intervals' (30s each); kBuckets' reply when unset
 	kPrev     queryKind = "prev"
 	kRetries  queryKind = "retries"
 	kAttempts queryKind = "attempts"
@@ -45,6 +46,8 @@ func kindOf(q string) queryKind {
 		// The previous window; "[30s] offset 30s" is the interval before the
 		// last (test policies evaluate every 30s), answered like the others.
 		return kPrev
+	case strings.HasPrefix(q, "sum by (le)") && strings.Contains(q, "[30s]"):
+		return kRecent
 	case strings.HasPrefix(q, "sum by (le)"):
 		return kBuckets
 	case strings.Contains(q, "upstream_rq_retry"):
@@ -81,7 +84,11 @@ func newFakeProm(t testing.TB) *fakeProm {
 	f.FakePrometheus = harness.NewFakePrometheus(func(q string) reply {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if rep, ok := f.replies[kindOf(q)]; ok {
+		k := kindOf(q)
+		if _, ok := f.replies[k]; !ok && k == kRecent {
+			k = kBuckets
+		}
+		if rep, ok := f.replies[k]; ok {
 			return rep
 		}
 		return reply{Body: vectorJSON()}

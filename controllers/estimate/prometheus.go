@@ -262,8 +262,8 @@ type answer struct {
 type answers struct {
 	quantile, buckets, retries, attempts answer
 	// prev, last and earlier are the histograms of the window that ended one
-	// window ago, of the last evaluation interval and of the one before it,
-	// for the "hedging hurts" guard; empty when not needed.
+	// window ago (for the "hedging hurts" guard; empty when it is not
+	// needed), of the last evaluation interval and of the one before it.
 	prev, last, earlier answer
 	// parts are the span's histogram cut at every tick the sampler read in
 	// it, from its memory; none for a policy's own queries.
@@ -274,8 +274,7 @@ type answers struct {
 }
 
 // needsHistory says whether the "hedging hurts" guard needs the previous
-// window and the last interval: only while hedging runs and sends a real share
-// of extra requests.
+// window: only while hedging runs and sends a real share of extra requests.
 func needsHistory(policy *tailcutv1alpha1.HedgePolicy, sp span, h *hedgeReading) bool {
 	budget := float64(policy.Spec.EffectiveBudget().MaxExtraLoadPercent)
 	return h != nil && sp.delay > 0 && h.percent() >= hurtsMinShare*budget
@@ -284,9 +283,11 @@ func needsHistory(policy *tailcutv1alpha1.HedgePolicy, sp span, h *hedgeReading)
 // fetch sends the policy's queries at time now.
 func (p *Prometheus) fetch(ctx context.Context, policy *tailcutv1alpha1.HedgePolicy, qs querySet, sp span, now time.Time) answers {
 	var a answers
-	dst := []*answer{&a.quantile, &a.buckets, &a.retries, &a.attempts}
+	// The last two intervals bring the delay down after a slow stretch
+	// (recent.go); the window before serves the "hedging hurts" guard alone.
+	dst := []*answer{&a.quantile, &a.buckets, &a.retries, &a.attempts, &a.last, &a.earlier}
 	var wg sync.WaitGroup
-	for i, q := range []string{qs.quantile, qs.buckets, qs.retries, qs.attempts} {
+	for i, q := range []string{qs.quantile, qs.buckets, qs.retries, qs.attempts, qs.lastBuckets, qs.earlierBuckets} {
 		if q == "" {
 			continue
 		}
@@ -298,8 +299,6 @@ func (p *Prometheus) fetch(ctx context.Context, policy *tailcutv1alpha1.HedgePol
 	wg.Wait()
 	if h, _ := p.hedge(qs, a.retries, a.attempts); qs.prevBuckets != "" && needsHistory(policy, sp, h) {
 		a.prev.v, a.prev.err = p.query(ctx, qs.prevBuckets, now)
-		a.last.v, a.last.err = p.query(ctx, qs.lastBuckets, now)
-		a.earlier.v, a.earlier.err = p.query(ctx, qs.earlierBuckets, now)
 	}
 	return a
 }

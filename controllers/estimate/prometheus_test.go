@@ -854,6 +854,29 @@ func TestMeshLatencyIsTheHedgedRoutes(t *testing.T) {
 	}
 }
 
+// TestMeshDelayComesDownAfterASlowStretch: a policy on a mesh reads with
+// queries of its own, and the last two intervals' reading brings its delay
+// down there too (recent.go). Over the 2m window 2,500 requests had their fast
+// mode at 40ms and 1,500 at 15ms, 5% slow in each; the last two 30s intervals
+// hold 750 each, all at 15ms. The window reads 46ms, the intervals 19ms.
+func TestMeshDelayComesDownAfterASlowStretch(t *testing.T) {
+	f := newFakeProm(t)
+	shifted, back := bimodal(40, 0.05), bimodal(15, 0.05)
+	f.set(kBuckets, bucketsReply(4000, func(ms float64) float64 { return (2500*shifted(ms) + 1500*back(ms)) / 4000 }))
+	f.set(kRecent, bucketsReply(750, back))
+	// No hedge counters: the intervals are read whatever the hedge rate,
+	// not only when the "hedging hurts" guard needs the window before.
+	policy := ownPolicy(prior(45100*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
+	res := estimate(t, f, policy)
+	if res.Target != 20900*time.Microsecond || res.Delay >= 45100*time.Microsecond ||
+		!strings.Contains(res.Reason, "the last two evaluation intervals (1500 requests) are faster than the rest of the span") {
+		t.Errorf("delay %s, target %s (%s), want a target of 20.9ms read from the last two intervals", res.Delay, res.Target, res.Reason)
+	}
+	if res.Quantile == nil || res.Quantile.Samples != 1500 {
+		t.Errorf("quantile %+v, want read from the intervals' 1500 requests", res.Quantile)
+	}
+}
+
 // TestCustomQueryMayReadItsOwnEnvoyCluster: Envoy's stats carry no namespace
 // label; a Custom query may read the policy's own clusters by name.
 // TestCustomQueryStepsUp: with no histogram, nothing proves what a higher

@@ -125,9 +125,10 @@ type readings struct {
 	samples float64
 	// quantile is the Custom query's value in seconds.
 	quantile float64
-	// prev is the histogram of the window that ended one window ago, last
-	// the one of the last evaluation interval and earlier the one of the
-	// interval before it, read only when the "hedging hurts" guard needs them.
+	// prev is the histogram of the window that ended one window ago (for
+	// the "hedging hurts" guard), last the one of the last evaluation
+	// interval and earlier the one of the interval before it (recent.go);
+	// each nil when it could not be read.
 	prev, last, earlier *cdf
 	// parts are the span's histogram between each two of the sampler's
 	// ticks in it, nil when the span was read whole (a policy's own
