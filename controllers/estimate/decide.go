@@ -191,9 +191,8 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			return attach(withoutData(policy, auto, newNoData(tailcutv1alpha1.ReasonQuantileInfinite,
 				"more than %.1f%% of requests took longer than the histogram's last finite bucket", 100*tau*(1+budgetSlack)), now))
 		}
-		if dr, tr, why, ok := recentReading(r, d, limit, z, sp.censorAt, auto.MinSamples, auto.DeadbandPercent); ok {
-			d, tail, samples, over = dr, tr, r.last.total()+r.earlier.total(), "the last two evaluation intervals"
-			recent = why
+		if dr, tr, n, why, ok := recentReading(r, d, limit, z, sp.censorAt, auto.MinSamples, auto.DeadbandPercent); ok {
+			d, tail, samples, over, recent = dr, tr, n, "the last two evaluation intervals", why
 		}
 		if nd := checkQuantile(d, auto.Max.Duration); nd != nil {
 			return attach(withoutData(policy, auto, nd, now))

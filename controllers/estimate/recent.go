@@ -44,35 +44,36 @@ import (
 // the budget guard raises the delay.
 const recentZ = 3.0
 
-// recentReading is the delay the last two intervals ask for, and what to say
-// about it, when they show that the span's slower part has passed; ok is false
-// otherwise. spanD is the span's reading, limit the share of requests the
-// delay may leave slower, z the sampling allowance's standard errors.
-func recentReading(r readings, spanD, limit, z, censorAt float64, minSamples int32, deadbandPercent int32) (d, tail float64, why string, ok bool) {
+// recentReading is the delay the last two intervals ask for, the share of
+// their n requests past it, and what to say about it, when they show that the
+// span's slower part has passed; ok is false otherwise. spanD is the span's
+// reading, limit the share of requests the delay may leave slower, z the
+// sampling allowance's standard errors.
+func recentReading(r readings, spanD, limit, z, censorAt float64, minSamples int32, deadbandPercent int32) (d, tail, n float64, why string, ok bool) {
 	if r.cdf == nil || r.last == nil || r.earlier == nil {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	recent := r.last.plus(r.earlier)
 	if recent == nil || recent.total() < float64(minSamples) {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	before := r.cdf.minus(recent)
 	if before == nil || before.total() < float64(minSamples) {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
-	n := recent.total()
+	n = recent.total()
 	d, tail, ok = recent.shortest(limit+z*math.Sqrt(limit*(1-limit)/n), r.edge)
 	if !ok || d > censorAt*(1+1e-9) || d*(1+float64(deadbandPercent)/100) >= spanD {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	pRecent, pBefore := recent.beyond(d, r.edge), before.beyond(d, r.edge)
 	m := before.total()
 	pooled := (pRecent*n + pBefore*m) / (n + m)
 	se := math.Sqrt(pooled * (1 - pooled) * (1/n + 1/m))
 	if se <= 0 || pBefore-pRecent < recentZ*se {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	why = fmt.Sprintf("the last two evaluation intervals (%.0f requests) are faster than the rest of the span: %.2f%% of them took longer than %s, against %.2f%% of the %.0f before them",
 		n, 100*pRecent, roundUp(d), 100*pBefore, m)
-	return d, tail, why, true
+	return d, tail, n, why, true
 }
