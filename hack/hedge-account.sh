@@ -7,7 +7,7 @@
 #                                       print its path in the cache
 #   hack/hedge-account.sh test          the account's unit tests (cargo test)
 #
-# Cargo's output goes to ${TAILCUT_CACHE:-$HOME/.cache/tailcut}/cargo-target,
+# Cargo's output goes to ${TAILCUT_CACHE:-$HOME/.cache/tailcut}/cargo-target/<checkout>,
 # never into the repository; the crates are the ones Cargo.lock pins.
 set -euo pipefail
 
@@ -15,7 +15,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CRATE=$ROOT/controllers/envoyconf/hedgeaccount
 CACHE=${TAILCUT_CACHE:-${HOME:?HOME is not set}/.cache/tailcut}
 CARGO=$("$ROOT/hack/tools.sh" cargo)
-export CARGO_TARGET_DIR=$CACHE/cargo-target
+# One target directory per checkout: Cargo judges the module fresh by the
+# source files of its last build, so two checkouts sharing one would each get
+# the module built from the other's sources.
+export CARGO_TARGET_DIR=$CACHE/cargo-target/$(printf %s "$ROOT" | sha256sum | cut -c1-16)
 # The toolchain's cargo runs its own rustc, not the machine's default.
 export RUSTC=${CARGO%/cargo}/rustc
 TARGET=wasm32-unknown-unknown
