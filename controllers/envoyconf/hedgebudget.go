@@ -74,7 +74,7 @@ func hedgeAccountFilter(code *corev3.DataSource) *hcmv3.HttpFilter {
 
 // HedgeAccount is the hedged route's metadata for the account filter: its
 // policy's account and the account's terms (delay_ms and late_ms bound the
-// band of durations by which it tells how long late hedges wait:
+// band of durations by which it tells whether late hedges must wait:
 // plan.HedgeLateThreshold). retries is the route's
 // num_retries: where it exceeds the hedges (a mesh's failure retries), the
 // account caps the attempts of every request it hedges.

@@ -57,38 +57,34 @@ const (
 	HedgeWindow = 30 * time.Second
 
 	// HedgeLateThreshold is, in hedges, how much of the hedge account's
-	// window a request must leave behind to be hedged at the delay while the
-	// account cannot yet read the band below: when fewer would be left after
-	// its own hedges, it is hedged late (Hedge.LateDelay). When the slow
-	// share of requests equals the budget (5% slow under a 5% budget), a
-	// hedge of a fast request that ran a little past the delay takes a slow
-	// request's place, and the account then turns slow requests away. Beside
-	// two busy loops, where the fast mode widens, the local stack's A/B then
-	// kept its hedged p99 at the unhedged 115 ms; with late hedges it was
-	// 50.7 ms (idle: 47.6 ms, where the window alone gave 36.8 ms). A late
-	// hedge costs a slow request up to half a delay and leaves the fast
-	// mode's stragglers alone.
+	// window a request must leave behind to be hedged at the delay: when
+	// fewer would be left after its own hedges, it is hedged late
+	// (Hedge.LateDelay). When the slow share of requests equals the budget
+	// (5% slow under a 5% budget), a hedge of a fast request that ran a
+	// little past the delay takes a slow request's place, and the account
+	// then turns slow requests away. Beside two busy loops, where the fast
+	// mode widens, the local stack's A/B then kept its hedged p99 at the
+	// unhedged 115 ms; with late hedges it was 50.7 ms (idle: 47.6 ms, where
+	// the window alone gave 36.8 ms). A late hedge costs a slow request half
+	// a delay and leaves the fast mode's stragglers alone.
 	//
-	// So a hedge waits only while there are stragglers to leave alone, and
-	// only until they have answered: the account (hedgeaccount's
-	// Account::hedge_at) reads the band from the delay to the late delay in
-	// ten steps and sends every hedge at the first step past which, of the
-	// requests that ended in its last 10 s (400 at least, for a 5% budget),
-	// fewer than a tenth of the budget's share took longer, however much the
-	// account holds. With a fast mode that ends before the delay (the local
-	// stack idle), that is the delay itself; a fast mode that reaches past
-	// the delay (a busy machine, a delay still catching up) fills the band's
-	// first steps, and hedges wait past its stragglers, at most until the
-	// late delay. The account decides when a hedge goes, never how many: the
-	// budget is the same.
+	// So a hedge waits only while there are stragglers to leave alone: the
+	// account (hedgeaccount's Account::quiet_band) sends it at the delay
+	// when, of the requests that ended in its last 10 s (400 at least, for a
+	// 5% budget), fewer than a tenth of the budget's share took between the
+	// delay and the late delay. With a fast mode that ends before the delay
+	// (the local stack idle), a hedge at the delay spends nothing more, and
+	// the slow request is answered half a delay sooner; a fast mode that
+	// reaches past the delay (a busy machine, a delay still catching up)
+	// fills the band, and hedges wait as before. The account decides when a
+	// hedge goes, never how many: the budget is the same.
 	HedgeLateThreshold = 5
 
-	// HedgeLateFactor is the late delay as a multiple of the delay: the
-	// latest a late hedge goes.
+	// HedgeLateFactor is the late delay as a multiple of the delay.
 	HedgeLateFactor = 1.5
 )
 
-// LateDelay is the latest the hedge account sends a late hedge
+// LateDelay is the delay of a request that the hedge account sends late
 // (HedgeLateThreshold): HedgeLateFactor times the delay, in whole milliseconds,
 // rounded up, since Envoy reads it from x-envoy-upstream-rq-per-try-timeout-ms.
 func (h *Hedge) LateDelay() time.Duration {

@@ -18,12 +18,10 @@ pub struct Terms {
     pub window: i64,
     /// The policy's maxHedges: the most a request is given.
     pub hedges: i64,
-    /// A hedged request is hedged at the point of the band between the
-    /// delay (`delay_ms`; 0: not known) and `late_ms` past which the band is
-    /// quiet (Account::hedge_at). Where the band cannot be read (too few
-    /// requests ended, or no delay), a request that would leave fewer hedges
-    /// than `late_below` in the window is hedged at `late_ms`, the others at
-    /// the delay.
+    /// A request that would leave fewer hedges than `late_below` in the
+    /// window is hedged late, after `late_ms` instead of the delay, unless
+    /// the band between the delay (`delay_ms`; 0: not known) and `late_ms`
+    /// is quiet (Account::quiet_band).
     pub late_below: i64,
     pub late_ms: i64,
     pub delay_ms: i64,
@@ -52,41 +50,30 @@ pub struct Grant {
     /// The request leaves with x-envoy-max-retries: hedges, since Envoy
     /// counts hedges and failure retries alike.
     pub cap_retries: bool,
-    /// When the request is hedged, in ms, when not at the delay: past the
-    /// delay, at most Terms::late_ms (0: at the delay).
-    pub late_ms: i64,
+    /// The request is hedged after Terms::late_ms, not the delay.
+    pub late: bool,
 }
 
 /// One second of an account's history: its requests, the hedges committed
-/// to them, and of those that ended, how many, and by band step k how many
-/// took longer than the step's start and at most the late delay.
+/// to them, and of those that ended, how many and how many took between the
+/// delay and the late delay.
 #[derive(Clone, Copy, Default)]
 struct Slot {
     second: i64,
     requests: i64,
     committed: i64,
     ended: i64,
-    past: [i64; BAND_STEPS],
-}
-
-/// The band between the delay and the late delay is read in this many equal
-/// steps: a late hedge goes at the start of a step (Account::hedge_at).
-const BAND_STEPS: usize = 10;
-
-/// The start of band step k of (delay, late], in ms.
-fn step_start(band: (i64, i64), k: usize) -> f64 {
-    band.0 as f64 + (band.1 - band.0) as f64 * k as f64 / BAND_STEPS as f64
+    in_band: i64,
 }
 
 /// The seconds before the current one whose ended requests say whether the
 /// band is quiet.
 const BAND_SECONDS: i64 = 10;
 
-/// The band past a point is quiet while fewer than this share of the
-/// budget's ratio of the ended requests took longer than the point and at
-/// most the late delay (0.5% of them under a 5% budget): hedging from there
-/// would spend at most a tenth of the budget on requests that were about to
-/// answer.
+/// The band is quiet while fewer than this share of the budget's ratio of
+/// the ended requests took between the delay and the late delay (0.5% of
+/// them under a 5% budget): hedging such requests at the delay would spend at
+/// most a tenth of the budget on requests that were about to answer.
 const QUIET_BAND_SHARE: f64 = 0.1;
 
 /// One policy's history on one worker (each Envoy worker runs its own VM, so
@@ -209,32 +196,19 @@ impl Account {
         least
     }
 
-    /// When a hedge goes, in ms after the request started: the start of the
-    /// first band step past which, over the last BAND_SECONDS whole seconds,
-    /// fewer than the quiet share of the ended requests took longer and at
-    /// most the late delay; the late delay when none is; None when too few
-    /// requests ended (2 / the quiet share) to say. A fast mode that ends
-    /// well before the delay leaves the whole band quiet: the hedge goes at
-    /// the delay, since waiting would only make a slow request wait. A fast
-    /// mode that reaches past the delay (a busy machine, a delay that has not
-    /// caught up) fills the band's first steps: the hedge waits until its
-    /// stragglers have answered, so they do not take the slow requests'
-    /// hedges, and no longer. Whatever the account holds: hedges spent on
-    /// stragglers while it is full are missing when slow requests come in a
-    /// cluster. (#26: with a 20 ms delay, a fixed 1.5 x it answered bimodal's
-    /// slow requests at 48-51 ms, where 99.5% of its fast requests had
-    /// answered by 23 ms.)
-    fn hedge_at(&self, ratio: f64, band: (i64, i64)) -> Option<i64> {
+    /// Whether, over the last BAND_SECONDS whole seconds, enough requests
+    /// ended (2 / the quiet share) and fewer than the quiet share of them took
+    /// between the delay and the late delay. A fast mode that ends well
+    /// before the delay leaves the band quiet, and a late hedge there would
+    /// only make a slow request wait; a fast mode that reaches past the delay
+    /// (a busy machine, a delay that has not caught up) fills it, and late
+    /// hedges keep its stragglers from taking the slow requests' hedges.
+    fn quiet_band(&self, ratio: f64) -> bool {
         let share = QUIET_BAND_SHARE * ratio;
-        let (mut ended, mut past) = (0i64, [0i64; BAND_STEPS]);
-        for sl in (1..=BAND_SECONDS).filter_map(|age| self.at(self.now - age)) {
-            ended += sl.ended;
-            past.iter_mut().zip(sl.past).for_each(|(p, n)| *p += n);
-        }
-        if (ended as f64) < 2.0 / share {
-            return None;
-        }
-        Some(past.iter().position(|&n| (n as f64) < share * ended as f64).map_or(band.1, |k| step_start(band, k).ceil() as i64))
+        let (ended, in_band) = (1..=BAND_SECONDS)
+            .filter_map(|age| self.at(self.now - age))
+            .fold((0i64, 0i64), |(e, b), sl| (e + sl.ended, b + sl.in_band));
+        ended as f64 >= 2.0 / share && (in_band as f64) < share * ended as f64
     }
 }
 
@@ -269,16 +243,8 @@ impl Accounts {
         if fit < 1 {
             return (Grant::default(), c);
         }
-        let low = left - (fit as f64) < t.late_below as f64;
-        let mut late_ms = match if band.0 > 0 { a.hedge_at(t.ratio, band) } else { None } {
-            Some(ms) => ms,
-            None if low => t.late_ms,
-            None => 0,
-        };
-        if late_ms <= t.delay_ms {
-            late_ms = 0;
-        }
-        (Grant { hedges: fit, cap_retries: fit < t.retries, late_ms }, c)
+        let late = left - (fit as f64) < t.late_below as f64 && !(band.0 > 0 && a.quiet_band(t.ratio));
+        (Grant { hedges: fit, cap_retries: fit < t.retries, late }, c)
     }
 
     /// t's account, new when its window changed: a new window cannot take
@@ -329,8 +295,8 @@ impl Accounts {
     }
 
     /// Records that a request ended after duration_ms, in the second it
-    /// arrived, while that second is in its account's history: which steps
-    /// of the band it was admitted with it took longer than, within the band.
+    /// arrived, while that second is in its account's history: whether it
+    /// took between the delay and the late delay it was admitted with.
     pub fn ended(&mut self, c: &Commitment, duration_ms: i64) {
         let Some(a) = self.by_name.get_mut(&c.account) else { return };
         if a.generation != c.generation || c.second < 0 || c.band.0 <= 0 {
@@ -342,17 +308,13 @@ impl Accounts {
             return;
         }
         slot.ended += 1;
-        if duration_ms <= c.band.1 {
-            for (k, n) in slot.past.iter_mut().enumerate() {
-                *n += (duration_ms as f64 > step_start(c.band, k)) as i64;
-            }
-        }
+        slot.in_band += (duration_ms > c.band.0 && duration_ms <= c.band.1) as i64;
     }
 
     /// The requests that ended of second s of an account, and those in its
-    /// band (past the delay, at most the late delay), for tests.
+    /// band, for tests.
     pub fn band(&self, name: &str, s: i64) -> (i64, i64) {
-        self.by_name.get(name).and_then(|a| a.at(s)).map_or((0, 0), |sl| (sl.ended, sl.past[0]))
+        self.by_name.get(name).and_then(|a| a.at(s)).map_or((0, 0), |sl| (sl.ended, sl.in_band))
     }
 
     /// The account's committed hedges and requests in its last window

@@ -98,8 +98,8 @@ mod filter {
                 self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some("0"));
                 return Action::Continue;
             }
-            if grant.late_ms > 0 {
-                self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some(&grant.late_ms.to_string()));
+            if grant.late {
+                self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some(&terms.late_ms.to_string()));
             }
             if grant.cap_retries {
                 self.set_http_request_header("x-envoy-max-retries", Some(&grant.hedges.to_string()));

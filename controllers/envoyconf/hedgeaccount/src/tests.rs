@@ -37,7 +37,7 @@ fn admit_keeps_hedges_within_the_budget() {
     for _ in 0..9 {
         let (g, mut c) = a.admit(100, &t);
         granted += (g.hedges > 0) as i32;
-        late += (g.late_ms > 0) as i32;
+        late += g.late as i32;
         a.settle(&mut c, 2);
     }
     assert_eq!(a.committed("shop/web"), (10, 210), "hedges and requests in the window");
@@ -98,7 +98,7 @@ fn mesh_retries_cap_the_hedged_request() {
     let mesh = Terms { retries: 2, ..terms() };
     let mut a = Accounts::new();
     answered(&mut a, 100, &mesh, 400);
-    assert_eq!(a.admit(100, &mesh).0, Grant { hedges: 1, cap_retries: true, late_ms: 0 }, "2 failure retries beside 1 hedge");
+    assert_eq!(a.admit(100, &mesh).0, Grant { hedges: 1, cap_retries: true, late: false }, "2 failure retries beside 1 hedge");
 }
 
 #[test]
@@ -244,76 +244,44 @@ fn no_stretch_goes_over_the_budget() {
 /// Seconds 90 to 99 each see 100 requests answered unhedged, `in_band` of
 /// them in all after 25 ms (between a 20 ms delay and a 30 ms late delay),
 /// the others after 16 ms; at second 100 requests are hedged (Envoy sends
-/// each hedge) until the account's end. Returns how many grants there were,
-/// and how many of them went past the delay.
+/// each hedge) until the account's end. Returns how many grants were late.
 fn late_grants_after(history: i64, in_band: i64) -> (i64, i64) {
-    let (granted, late) = late_hedges_after(history, &[(25, in_band)]);
-    (granted, late.len() as i64)
-}
-
-/// Seconds 90 to 99 see `history` requests answered unhedged: for each
-/// (took, n) of `band`, n of them after took ms, the others after 16 ms.
-/// Then at second 100 requests are hedged (Envoy sends each hedge) until the
-/// account's end. Returns how many grants there were, and when each late one
-/// was to be hedged (ms). The delay is 20 ms, the late delay 30.
-fn late_hedges_after(history: i64, band: &[(i64, i64)]) -> (i64, Vec<i64>) {
     let (mut a, t) = (Accounts::new(), Terms { delay_ms: 20, ..terms() });
-    let mut took: Vec<i64> = band.iter().flat_map(|&(ms, n)| std::iter::repeat_n(ms, n as usize)).collect();
+    let mut band_left = in_band;
     for i in 0..history {
         let (_, mut c) = a.admit(90 + i % 10, &t);
         a.settle(&mut c, 1);
-        a.ended(&c, took.pop().unwrap_or(16));
+        let took = if band_left > 0 { band_left -= 1; 25 } else { 16 };
+        a.ended(&c, took);
     }
-    let (mut granted, mut late) = (0, Vec::new());
+    let (mut granted, mut late) = (0, 0);
     loop {
         let (g, mut c) = a.admit(100, &t);
         if g.hedges == 0 {
             return (granted, late);
         }
         granted += 1;
-        if g.late_ms > 0 {
-            late.push(g.late_ms);
-        }
+        late += g.late as i64;
         a.settle(&mut c, 2);
         a.ended(&c, 35);
     }
 }
 
-/// #26: a hedge waits until the fast mode's stragglers have answered, not
-/// for the whole late delay. The band (20, 30] ms is read in steps of 1 ms;
-/// it is quiet past a step while fewer than 0.5% of the 1,000 ended requests
-/// (5) took longer than the step's start and at most 30 ms. Each of the 52
-/// grants waits, full account or not (hedges_wait_only_while_the_band_is_busy).
-#[test]
-fn hedges_go_once_the_stragglers_have_answered() {
-    // 20 requests at 22 ms, 6 at 24 ms: past 23 ms 6 took longer, past 24
-    // none: the hedges go at 24 ms.
-    assert_eq!(late_hedges_after(1000, &[(22, 20), (24, 6)]), (52, vec![24; 52]), "stragglers up to 24 ms");
-    // 4 at 24 ms are fewer than 5: quiet from the step at 22 ms (the 22 ms
-    // ones took longer than 21, not than 22).
-    assert_eq!(late_hedges_after(1000, &[(22, 20), (24, 4)]), (52, vec![22; 52]), "a few stragglers past 22 ms");
-    // Stragglers up to the late delay, and past it (31 ms, not in the band):
-    // the late delay.
-    assert_eq!(late_hedges_after(1000, &[(30, 6)]), (52, vec![30; 52]), "stragglers at the late delay");
-    assert_eq!(late_hedges_after(1000, &[(31, 50), (21, 4)]), (52, vec![]), "past the late delay: slow, not stragglers");
-}
-
-/// #26: hedges wait only while the band between the delay and the late
+/// #26: late hedges wait only while the band between the delay and the late
 /// delay holds the budget's tenth share of requests (0.5% under 5%). The
 /// history leaves 50 hedges (5% of 1,000 requests) and each hedged request
 /// adds 0.05: after the n-th, 50 + 0.05n - n are left, under 5 from n = 48
-/// (45/0.95 = 47.4) and under 0 past n = 52 (50/0.95 = 52.6): 52 grants.
+/// (45/0.95 = 47.4) and under 0 past n = 52 (50/0.95 = 52.6): the last 5
+/// of 52 grants would be late.
 #[test]
-fn hedges_wait_only_while_the_band_is_busy() {
+fn late_hedges_wait_only_while_the_band_is_busy() {
     assert_eq!(late_grants_after(1000, 0), (52, 0), "quiet band: every hedge at the delay");
     assert_eq!(late_grants_after(1000, 4), (52, 0), "0.4% in the band: quiet");
-    assert_eq!(late_grants_after(1000, 6), (52, 52), "0.6% in the band: every hedge waits");
-    // Fewer than 2 / 0.5% = 400 ended requests say nothing: at the delay
-    // while the account holds 5 hedges or more, late (at 30 ms) after that.
-    // 300 requests leave 15 hedges; 15 + 0.05n - n < 5 from n = 11
-    // (10/0.95 = 10.5), of 15 grants (15/0.95 = 15.8).
+    assert_eq!(late_grants_after(1000, 6), (52, 5), "0.6% in the band: late");
+    // Fewer than 2 / 0.5% = 400 ended requests say nothing: late. 300 requests
+    // leave 15 hedges; 15 + 0.05n - n < 5 from n = 11 (10/0.95 = 10.5), of
+    // 15 grants (15/0.95 = 15.8).
     assert_eq!(late_grants_after(300, 0), (15, 5), "too few ended requests");
-    assert_eq!(late_hedges_after(300, &[]).1, vec![30; 5], "too few ended requests: at the late delay");
 }
 
 #[test]
