@@ -38,9 +38,10 @@ import (
 // the budget (a 5% step under a 5% budget), where no delay below the slow mode
 // has a tail of exactly 5% or less, and the sampling allowance keeps a first
 // reading of a few hundred requests from taking a 6% sample of a 5% slow
-// share for a reason to wait for the slow mode. The margin keeps the noise in
-// the tail reading from putting the delay inside the fast mode. The budget
-// guard below measures what the delay really costs.
+// share for a reason to wait for the slow mode. Where a delay within the late
+// delay leaves the hedge account room, it is read there instead (headroom.go).
+// The margin keeps the noise in the tail reading from putting the delay inside
+// the fast mode. The budget guard below measures what the delay really costs.
 //
 // Budget: what the delay asks for is the share of requests slower than it.
 // The hedge counters measured it exactly until tailcut's Envoy got its hedge
@@ -205,10 +206,17 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			return res
 		}
 		if d <= sp.censorAt*(1+1e-9) {
-			target = d * (1 + delayMargin)
-			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s), +%.0f%% margin",
-				100*tail, samples, over, roundUp(d), qName, 100*delayMargin)
+			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s)", 100*tail, samples, over, roundUp(d), qName)
 			observe(d, false)
+			// A recent reading comes from fewer requests than the span's
+			// histogram that headroom reads, and the delay is on its way down.
+			if dh, th, ok := headroom(r.cdf, r.edge, d, tau, sp.censorAt+r.cdf.fastest()); ok && recent == "" {
+				basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
+					100*th, roundUp(dh), 100*headroomShare)
+				d = dh
+			}
+			target = d * (1 + delayMargin)
+			basis += fmt.Sprintf(", +%.0f%% margin", 100*delayMargin)
 		} else {
 			// The quantile is at least d: never a reason to go down, and a
 			// reason to go up (within the step limit) even without counters
