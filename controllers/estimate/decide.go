@@ -210,10 +210,12 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			observe(d, false)
 			// A recent reading comes from fewer requests than the span's
 			// histogram that headroom reads, and the delay is on its way down.
-			if dh, th, ok := headroom(r.cdf, r.edge, d, tau, sp.censorAt+r.cdf.fastest()); ok && recent == "" {
-				basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
-					100*th, roundUp(dh), 100*headroomShare)
-				d = dh
+			if recent == "" {
+				if dh, th, ok := headroom(r.cdf, r.edge, d, tau, sp.censorAt+r.cdf.fastest()); ok {
+					basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
+						100*th, roundUp(dh), 100*headroomShare)
+					d = dh
+				}
 			}
 			target = d * (1 + delayMargin)
 			basis += fmt.Sprintf(", +%.0f%% margin", 100*delayMargin)
