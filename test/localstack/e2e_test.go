@@ -231,17 +231,24 @@ func TestOrdinaryTraffic(t *testing.T) {
 	// once the shifted stretch has left the window: two intervals to read
 	// the fast mode alone, a step down, Envoy's and Prometheus' seconds of
 	// lag. Without it the delay came back 35s after (window 30s). Back is
-	// within the deadband above the delay before the shift: the estimator
-	// holds any delay that close (23.1ms before, 25.3ms after, in one run).
+	// within the deadband above the highest delay held for the same traffic
+	// before the shift: the estimator holds any delay that close, and for
+	// one traffic it moves between adjacent buckets. One CI run held 20.9,
+	// 23.1 and 18.7ms before the shift and came back to 20.9ms; measured
+	// from the last of them alone, 18.7ms, that was not back.
 	pre := shift.since(shifted)
 	if len(pre) == 0 {
 		t.Fatal("no delay sampled across the shift")
 	}
-	back := time.Duration(float64(pre[0].delay) * (1 + float64(p.Spec.Delay.Auto.DeadbandPercent)/100))
+	before := pre[0].delay
+	for _, d := range settling.since(settled) {
+		before = max(before, d.delay)
+	}
+	back := time.Duration(float64(before) * (1 + float64(p.Spec.Delay.Auto.DeadbandPercent)/100))
 	down, ok := shift.firstBelow(unshifted, back+time.Microsecond)
 	if !ok || down.Sub(unshifted) > 5*interval+3*time.Second {
-		t.Errorf("the delay came back to %s or less (%s before the shift and the deadband) %s after the shift ended (came back: %v), want within 5 evaluation intervals and a scrape (window %s)",
-			back, pre[0].delay, down.Sub(unshifted), ok, window)
+		t.Errorf("the delay came back to %s or less (%s, the highest held before the shift, and the deadband) %s after the shift ended (came back: %v), want within 5 evaluation intervals and a scrape (window %s)",
+			back, before, down.Sub(unshifted), ok, window)
 	}
 }
 
