@@ -169,6 +169,7 @@ func Bootstrap(opts BootstrapOptions) ([]byte, error) {
 			StatsMatcher: &metricsv3.StatsMatcher{StatsMatcher: &metricsv3.StatsMatcher_InclusionList{
 				InclusionList: &matcherv3.ListStringMatcher{Patterns: keptStats()},
 			}},
+			StatsTags: []*metricsv3.TagSpecifier{AccountStatsTag()},
 		},
 	}
 	if opts.StatsPort != 0 {
@@ -211,6 +212,29 @@ var KeptStats = []string{
 	`^cluster_manager\.(cds\..+|active_clusters|cluster_(added|modified|removed))$`,
 	`^control_plane\..+$`,
 	`^server\.(live|state|uptime|memory_allocated|memory_heap_size|total_connections|concurrency|version)$`,
+	// The hedge account's counters (hedgeaccount/src/lib.rs): requests it
+	// hedged late, and requests it turned away with no hedge.
+	`^wasmcustom\.` + accountStatPrefix + `\..+$`,
+}
+
+// accountStatPrefix begins the hedge account's counters:
+// wasmcustom.tailcut_account.<namespace/name>.<counter>.
+const accountStatPrefix = "tailcut_account"
+
+// AccountStatsTagName is the tag that names a hedge account counter's
+// policy on /stats/prometheus: "namespace/name", as the label of the same
+// name on the operator's per-policy series.
+const AccountStatsTagName = "policy"
+
+// AccountStatsTag moves the policy out of a hedge account counter's name
+// into a tag, so that Prometheus sees one series per policy of each counter.
+// A policy's name may hold dots, so the policy is all between the prefix
+// and the counter's name.
+func AccountStatsTag() *metricsv3.TagSpecifier {
+	return &metricsv3.TagSpecifier{
+		TagName:  AccountStatsTagName,
+		TagValue: &metricsv3.TagSpecifier_Regex{Regex: `^wasmcustom\.` + accountStatPrefix + `\.((.+)\.)(hedged_late|turned_away)$`},
+	}
 }
 
 func keptStats() []*matcherv3.StringMatcher {

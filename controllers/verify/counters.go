@@ -31,6 +31,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 )
 
 // counts holds cumulative counters by series: the metric name and every label
@@ -64,22 +66,36 @@ func label(name, value string) string { return fmt.Sprintf("%s=%q,", name, value
 func (c counts) sum(metric string, labels ...string) float64 {
 	var s float64
 	for key, v := range c {
-		name, rest, _ := strings.Cut(key, "{")
-		if name != metric {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			if !strings.Contains(rest, l) {
-				match = false
-				break
-			}
-		}
-		if match {
+		if matches(key, metric, labels) {
 			s += v
 		}
 	}
 	return s
+}
+
+// has reports whether any series of metric has every given label.
+func (c counts) has(metric string, labels ...string) bool {
+	for key := range c {
+		if matches(key, metric, labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether the series key (seriesKey's) is of metric and has
+// every given label.
+func matches(key, metric string, labels []string) bool {
+	name, rest, _ := strings.Cut(key, "{")
+	if name != metric {
+		return false
+	}
+	for _, l := range labels {
+		if !strings.Contains(rest, l) {
+			return false
+		}
+	}
+	return true
 }
 
 // seriesKey names a series by its metric, its labels in order, and where it
@@ -195,6 +211,24 @@ const (
 	envoyRetry = "envoy_cluster_upstream_rq_retry"
 )
 
+// The hedge account's counters on tailcut's proxy, per policy (label
+// envoyconf.AccountStatsTagName): requests it hedged late, and requests it
+// turned away with no hedge.
+const (
+	accountLate = "tailcut_account_hedged_late"
+	accountAway = "tailcut_account_turned_away"
+)
+
+// accountAdmin reads the hedge account's counters from each Envoy's admin.
+func accountAdmin(admins []string, client *http.Client) scrapeSource {
+	filter := `^wasmcustom\.tailcut_account\.`
+	s := scrapeSource{client: client, metrics: map[string]bool{accountLate: true, accountAway: true}}
+	for _, a := range admins {
+		s.urls = append(s.urls, strings.TrimRight(a, "/")+"/stats/prometheus?filter="+url.QueryEscape(filter))
+	}
+	return s
+}
+
 // The demo workload's counters, where the Service is the demo workload.
 const (
 	workloadRequests    = "workload_requests_total"
@@ -229,6 +263,13 @@ func prometheusCounters(base string, clusters []string) (promSource, error) {
 		scrapes: fmt.Sprintf(`timestamp(%s{envoy_cluster_name=~"%s"})`, envoyTotal, names),
 		base:    base,
 	}, nil
+}
+
+// accountCounters reads the hedge account's counters of policy from the
+// same Prometheus, settled on the same scrapes of the proxies as p.
+func (p promSource) accountCounters(policy string) promSource {
+	p.selector = fmt.Sprintf(`{__name__=~"%s|%s",%s=%q}`, accountLate, accountAway, envoyconf.AccountStatsTagName, policy)
+	return p
 }
 
 func (p promSource) String() string { return p.base }

@@ -49,6 +49,9 @@ type Report struct {
 	// BudgetPct is the policy's maxExtraLoadPercent (nil: unknown).
 	BudgetPct   *float64 `json:"budget_pct"`
 	MaxP99Ratio float64  `json:"max_p99_ratio"`
+	// Account is what the hedge account in tailcut's proxy counted of the
+	// policy over the run (nil: no proxy counters were read).
+	Account *AccountCounts `json:"hedge_account,omitempty"`
 	// Posts is the non-idempotent stream (nil: none was sent).
 	Posts   *Posts   `json:"posts,omitempty"`
 	Pass    bool     `json:"pass"`
@@ -127,6 +130,23 @@ type StretchLoad struct {
 	// its own moments, so each is judged alone. Empty when every proxy's
 	// admin was read at once and summed.
 	Proxy string `json:"proxy,omitempty"`
+}
+
+// AccountCounts is how the hedge account decided the hedged route's requests
+// on arrival, over the whole run (settling included), from every proxy: near
+// the budget's end it hedges a request late (1.5 x the delay), past it not
+// at all. A late grant whose request answers first sends nothing, so these
+// are decisions, not hedges sent. They explain a tail the verdict judges: a
+// p99 among late hedges, or slow requests turned away.
+type AccountCounts struct {
+	// Read is false when the counters were not read; Note says why.
+	Read       bool    `json:"read"`
+	Note       string  `json:"note,omitempty"`
+	HedgedLate float64 `json:"hedged_late"`
+	TurnedAway float64 `json:"turned_away"`
+	// LatePct and TurnedAwayPct are per 100 of EnvoyLoad.Requests.
+	LatePct       float64 `json:"hedged_late_pct"`
+	TurnedAwayPct float64 `json:"turned_away_pct"`
 }
 
 // ReplicaLoad is counted at the replicas, where they export counters (the demo
@@ -217,6 +237,11 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 	for _, m := range r.ExtraLoad.Missing {
 		fmt.Fprintf(w, "not measured: %s\n", m)
+	}
+	if a := r.Account; a != nil && a.Read {
+		fmt.Fprintf(w, "hedge account: %.0f requests hedged late (%.2f%%), %.0f turned away with no hedge (%.2f%%)\n", a.HedgedLate, a.LatePct, a.TurnedAway, a.TurnedAwayPct)
+	} else if a != nil {
+		fmt.Fprintf(w, "hedge account: %s\n", a.Note)
 	}
 	if p := r.Posts; p != nil {
 		executed := "not counted"

@@ -37,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 )
 
@@ -171,14 +172,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.WorkloadMetrics) > 0 {
 		replicas = workloadMetrics(o.WorkloadMetrics, client)
 	}
+	// The hedge account's counters say how the account spent the budget;
+	// they are no promise, so a source that fails them loses no verdict.
+	var account counterSource
+	accountNote := ""
+	switch p, viaProm := envoy.(promSource); {
+	case envoy == nil:
+	case o.Policy == "":
+		accountNote = "not read: its counters are per policy; give --policy"
+	case viaProm:
+		account = p.accountCounters(o.Policy)
+	default:
+		account = accountAdmin(o.EnvoyAdmin, client)
+	}
 
-	sources := []counterSource{envoy, replicas}
+	// By index: a scrapeSource holds a map, and interfaces holding one do
+	// not compare.
+	const accountSource = 2
+	sources := []counterSource{envoy, replicas, account}
 	before := make([]counts, len(sources))
 	for i, src := range sources {
 		if src == nil {
 			continue
 		}
 		c, err := src.read(ctx)
+		if err != nil && i == accountSource {
+			accountNote = fmt.Sprintf("not read before the run: %v", err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading counters before the run: %w", err)
 		}
@@ -217,17 +238,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Ratio = ratios(r.Hedged().Latency, r.Unhedged().Latency)
 
 	delta, afters := make([]counts, len(sources)), make([]counts, len(sources))
+	var accountMissing []string
 	for i, src := range sources {
-		if src == nil {
+		if src == nil || before[i] == nil {
 			continue
 		}
+		missing := &r.ExtraLoad.Missing
+		if i == accountSource {
+			missing = &accountMissing
+		}
 		if err := src.settled(ctx, end); err != nil {
-			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, err.Error())
+			*missing = append(*missing, err.Error())
 			continue
 		}
 		after, err := src.read(ctx)
 		if err != nil {
-			r.ExtraLoad.Missing = append(r.ExtraLoad.Missing, fmt.Sprintf("reading %s after the run: %v", src, err))
+			*missing = append(*missing, fmt.Sprintf("reading %s after the run: %v", src, err))
 			continue
 		}
 		delta[i], afters[i] = increase(before[i], after), after
@@ -241,6 +267,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if delta[1] != nil {
 		r.ExtraLoad.Replicas = replicaLoad(delta[1], replicas.String(), r.Hedged().Sent+r.Hedged().SettleSent)
+	}
+	if len(accountMissing) > 0 {
+		accountNote = strings.Join(accountMissing, "; ")
+	}
+	if accountNote != "" || account != nil {
+		r.Account = accountOf(delta[accountSource], afters[accountSource], o.Policy, r.ExtraLoad.Envoy, accountNote)
 	}
 	if post, ok := r.Arms[ArmPost]; ok {
 		r.Posts = &Posts{Sent: post.Sent + post.SettleSent}
@@ -327,6 +359,27 @@ func envoyLoad(d counts, source, hedged, unhedged string) *EnvoyLoad {
 		e.Pct = 100 * hedges / e.Requests
 	}
 	return e
+}
+
+// accountOf is what the hedge account counted of policy over the run; note
+// says why it was not read. A proxy that never created the counters (Istio's
+// sidecars, Envoy Gateway's proxies: no tag for the policy) has no series.
+func accountOf(d, after counts, policy string, envoy *EnvoyLoad, note string) *AccountCounts {
+	a := &AccountCounts{Note: note}
+	if d == nil {
+		return a
+	}
+	by := label(envoyconf.AccountStatsTagName, policy)
+	if !after.has(accountLate, by) && !after.has(accountAway, by) {
+		a.Note = fmt.Sprintf("the proxies export no counters of %s: a hedge account that is not tailcut's proxy's", policy)
+		return a
+	}
+	a.Read = true
+	a.HedgedLate, a.TurnedAway = d.sum(accountLate, by), d.sum(accountAway, by)
+	if envoy != nil && envoy.Requests > 0 {
+		a.LatePct, a.TurnedAwayPct = 100*a.HedgedLate/envoy.Requests, 100*a.TurnedAway/envoy.Requests
+	}
+	return a
 }
 
 func replicaLoad(d counts, source string, hedgedSent int) *ReplicaLoad {

@@ -57,7 +57,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *upstream) admin(w http.ResponseWriter, r *http.Request) {
-	if f := r.URL.Query().Get("filter"); f != "" && !strings.Contains(f, "tailcut_demo_web_80") {
+	if f := r.URL.Query().Get("filter"); f != "" && !strings.Contains(f, "tailcut_demo_web_80") && !strings.Contains(f, "tailcut_account") {
 		http.Error(w, "unexpected filter "+r.URL.Query().Get("filter"), http.StatusBadRequest)
 		return
 	}
@@ -69,6 +69,14 @@ func (u *upstream) admin(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "# TYPE envoy_cluster_upstream_rq_retry counter\n")
 	fmt.Fprintf(w, "envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"tailcut_demo_web_80\"} %d\n", hedges)
 	fmt.Fprintf(w, "envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"tailcut_demo_web_80_bypass\"} 0\n")
+	// The hedge account: one hedged request in 10 hedged late, one in 50
+	// turned away; another policy's counters beside them.
+	fmt.Fprintf(w, "# TYPE tailcut_account_hedged_late counter\n")
+	fmt.Fprintf(w, "tailcut_account_hedged_late{policy=\"demo/web\"} %d\n", h/10)
+	fmt.Fprintf(w, "tailcut_account_hedged_late{policy=\"demo/other\"} %d\n", 7*h)
+	fmt.Fprintf(w, "# TYPE tailcut_account_turned_away counter\n")
+	fmt.Fprintf(w, "tailcut_account_turned_away{policy=\"demo/web\"} %d\n", h/50)
+	fmt.Fprintf(w, "tailcut_account_turned_away{policy=\"demo/other\"} %d\n", 9*h)
 }
 
 func (u *upstream) metrics(w http.ResponseWriter, _ *http.Request) {
@@ -96,6 +104,7 @@ func options(proxy string) Options {
 		Criteria: DefaultCriteria(), Limits: DefaultLimits(), BudgetPct: ptr(5.0),
 	}
 	o.HedgedCluster, o.UnhedgedCluster = ClustersOf("demo", "web", 80)
+	o.Policy = "demo/web"
 	return o
 }
 
@@ -137,12 +146,43 @@ func TestRunMeasuresAKnownDistribution(t *testing.T) {
 	if r.Posts == nil || r.Posts.Sent != 50 || r.Posts.Executed == nil || *r.Posts.Executed != 50 {
 		t.Errorf("POSTs: %+v, want 50 sent and executed", r.Posts)
 	}
+	// Of 500 hedged requests, demo/web's account hedged 50 late and turned 10 away.
+	if a := r.Account; a == nil || !a.Read || a.HedgedLate != 50 || a.TurnedAway != 10 || a.LatePct != 10 || a.TurnedAwayPct != 2 {
+		t.Errorf("the hedge account: %+v, want 50 hedged late (10%%) and 10 turned away (2%%)", a)
+	}
 	// 2.5 s of load: no stretch of a 30 s window to judge, and the report says so.
 	if e != nil && (e.Worst != nil || !slices.ContainsFunc(r.ExtraLoad.Missing, func(m string) bool { return strings.Contains(m, "the run was shorter") })) {
 		t.Errorf("stretch %+v, not measured %q: want none, and the report to say why", e.Worst, r.ExtraLoad.Missing)
 	}
 	if !r.Pass {
 		t.Errorf("verdict FAIL: %q", r.Reasons)
+	}
+}
+
+// Where the hedge account's counters cannot be read for the policy, the
+// report says why, and the verdict does not depend on them.
+func TestRunSaysWhyTheAccountWasNotRead(t *testing.T) {
+	u := &upstream{}
+	proxy, admin, _ := serve(t, u)
+	for _, tc := range []struct{ policy, says string }{
+		{"", "give --policy"},
+		{"demo/absent", "the proxies export no counters of demo/absent"},
+	} {
+		o := options(proxy)
+		o.EnvoyAdmin, o.Policy, o.PostRate = []string{admin}, tc.policy, 0
+		o.Settle, o.Duration, o.Criteria.LateAfter = 0, time.Second, time.Second
+		r, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := r.Account; a == nil || a.Read || !strings.Contains(a.Note, tc.says) {
+			t.Errorf("policy %q: the hedge account %+v, want it not read because %q", tc.policy, a, tc.says)
+		}
+		var text strings.Builder
+		r.PrintTable(&text)
+		if !strings.Contains(text.String(), "hedge account: ") || !r.Pass {
+			t.Errorf("policy %q: pass %v, reasons %q; the report:\n%s", tc.policy, r.Pass, r.Reasons, text.String())
+		}
 	}
 }
 
@@ -259,6 +299,11 @@ func TestRunReadsEnvoyThroughPrometheus(t *testing.T) {
 	}
 	if w.Proxy != adminURL.Host || w.Seconds < 30 || w.Requests < 2900 || math.Abs(w.Hedges-0.04*w.Requests) > 1 || w.Readings < 30 {
 		t.Errorf("worst stretch %+v, want about 4%% of 3,000 requests over 30 s or more, of the proxy %s's 30 or more scrapes", w, adminURL.Host)
+	}
+	// The account's counters through the same Prometheus: one in 10 late,
+	// one in 50 turned away, rounded down at each scrape.
+	if a := r.Account; a == nil || !a.Read || math.Abs(a.LatePct-10) > 0.2 || math.Abs(a.TurnedAwayPct-2) > 0.2 {
+		t.Errorf("the hedge account through Prometheus: %+v, want about 10%% hedged late and 2%% turned away", a)
 	}
 	if !r.Pass {
 		t.Errorf("verdict FAIL: %v", r.Reasons)

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tailcut/tailcut/controllers/envoyconf"
 	"github.com/tailcut/tailcut/controllers/plan"
 	"github.com/tailcut/tailcut/test/harness"
 )
@@ -37,6 +38,9 @@ type accountRun struct {
 	// hedges reached the upstream; early ones came sooner than earlyBelow
 	// after their first attempt.
 	hedges, early int
+	// hedgedLate and turnedAway are the account's own counters on Envoy's
+	// /stats/prometheus: requests given a late hedge, and requests given none.
+	hedgedLate, turnedAway int
 }
 
 // The account's run hedges at accountDelay, or late at 150 ms. The two are
@@ -74,10 +78,11 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 		t.Fatalf("the run (%s) must fit in one window of the account (%s)", length, plan.HedgeWindow)
 	}
 	up := harness.NewUpstream(t, fastFor)
+	var admin uint32
 	listenPort := servePlan(t, up, func(p *plan.RoutePlan) {
 		p.Hedge.Delay = accountDelay
 		p.Budget = plan.Budget{Percent: 5, MinConcurrency: 3}
-	})
+	}, func(bo *envoyconf.BootstrapOptions) { admin = bo.AdminPort })
 	client := newLoadClient()
 	impatient := &http.Client{Timeout: cancelAfter, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	var (
@@ -130,6 +135,7 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 			run.early++
 		}
 	}
+	run.hedgedLate, run.turnedAway = accountCounters(t, admin)
 	if run.ok != run.sent {
 		t.Errorf("%d of %d requests got a 200", run.ok, run.sent)
 	}
@@ -157,7 +163,28 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 	if least := math.Min(most, float64(run.slow)) - 5; float64(run.hedges) < least {
 		t.Errorf("%d hedges for %d requests (%d slow), want at least %.0f: the account should spend its share, or hedge every slow request when they are fewer (unhedged answers and cancelled requests give their commitments back)", run.hedges, all, run.slow, least)
 	}
+	// Every hedge that came late was granted late; a late grant whose
+	// request answered first sent nothing. Every request turned away went
+	// unhedged.
+	t.Logf("the account's counters: %d hedged late, %d turned away", run.hedgedLate, run.turnedAway)
+	if late := run.hedges - run.early; run.hedgedLate < late {
+		t.Errorf("the account counted %d requests hedged late; %d hedges reached the upstream %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
+	}
+	if unhedged := all - run.hedges; run.turnedAway > unhedged {
+		t.Errorf("the account counted %d requests turned away; only %d of %d went unhedged", run.turnedAway, unhedged, all)
+	}
 	return run
+}
+
+// accountCounters reads the hedge account's counters of policy e2e/web from
+// the Envoy whose admin port is admin.
+func accountCounters(t *testing.T, admin uint32) (hedgedLate, turnedAway int) {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d/stats/prometheus", admin)
+	policy := envoyconf.AccountStatsTagName + "=e2e/web"
+	late := harness.PrometheusSeries(t, url, "tailcut_account_hedged_late")
+	away := harness.PrometheusSeries(t, url, "tailcut_account_turned_away")
+	return int(late[policy]), int(away[policy])
 }
 
 // TestHedgeAccountCapsTheRate is the data-path half of #14's brownout: every
@@ -175,8 +202,19 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 // then the band between the delay and the late delay is seen empty (every
 // answer takes 300 ms), no request there would take a hedge, and the rest go
 // at the delay. The cap is the same either way.
+//
+// Every request wants a hedge and gets one when the account has it, so the
+// account's counters are read against the upstream's arrivals exactly: the
+// requests turned away are those that arrived once, and the ones hedged late
+// those whose hedge came late.
 func TestHedgeAccountCapsTheRate(t *testing.T) {
 	run := runAccount(t, 1, 0)
+	if away := run.sent - run.hedges; run.turnedAway != away {
+		t.Errorf("the account counted %d requests turned away; %d of %d reached the upstream once", run.turnedAway, away, run.sent)
+	}
+	if late := run.hedges - run.early; run.hedgedLate != late {
+		t.Errorf("the account counted %d requests hedged late; %d hedges came %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
+	}
 	if run.early == 0 || run.early == run.hedges {
 		t.Errorf("%d of %d hedges came sooner than %s after their first attempt; want the first ones late (%s), while fewer than 400 requests had ended, and the later ones at the delay (the band is empty)",
 			run.early, run.hedges, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())

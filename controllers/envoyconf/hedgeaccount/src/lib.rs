@@ -32,13 +32,48 @@ mod filter {
     use crate::terms::{from_metadata, METADATA_KEY};
     use proxy_wasm::hostcalls;
     use proxy_wasm::traits::{Context, HttpContext};
-    use proxy_wasm::types::{Action, LogLevel};
+    use proxy_wasm::types::{Action, LogLevel, MetricType};
     use std::cell::RefCell;
+    use std::collections::HashMap;
     use std::time::UNIX_EPOCH;
 
     thread_local! {
         // A worker's VM runs one callback at a time.
         static ACCOUNTS: RefCell<Accounts> = RefCell::new(Accounts::new());
+        static COUNTERS: RefCell<HashMap<String, [u32; 2]>> = RefCell::new(HashMap::new());
+    }
+
+    /// The account's counters, per policy, for the requests it did not hedge
+    /// at the delay: hedged late (Grant::late), and turned away with no
+    /// hedge. Envoy names them wasmcustom.tailcut_account.<ns/name>.<counter>;
+    /// the bootstrap's stats_tags (envoyconf.AccountStatsTag) moves the policy
+    /// into a tag. A request hedged at the delay, the common case, makes no
+    /// host call for them.
+    const HEDGED_LATE: usize = 0;
+    const TURNED_AWAY: usize = 1;
+    const COUNTER_NAMES: [&str; 2] = ["hedged_late", "turned_away"];
+
+    fn count(account: &str, which: usize) {
+        let id = COUNTERS.with_borrow_mut(|m| {
+            if let Some(ids) = m.get(account) {
+                return Some(ids[which]);
+            }
+            let mut ids = [0u32; 2];
+            for (i, name) in COUNTER_NAMES.iter().enumerate() {
+                // Built without format!, which would pull formatting into the module.
+                let mut stat = String::with_capacity(16 + account.len() + name.len());
+                stat.push_str("tailcut_account.");
+                stat.push_str(account);
+                stat.push('.');
+                stat.push_str(name);
+                ids[i] = hostcalls::define_metric(MetricType::Counter, &stat).ok()?;
+            }
+            m.insert(account.to_string(), ids);
+            Some(ids[which])
+        });
+        if let Some(id) = id {
+            let _ = hostcalls::increment_metric(id, 1);
+        }
     }
 
     /// The request headers by which a client changes Envoy's retries; on an
@@ -96,9 +131,11 @@ mod filter {
                 // No per-try timeout, so no hedge; the route's failure
                 // retries stay.
                 self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some("0"));
+                count(&terms.account, TURNED_AWAY);
                 return Action::Continue;
             }
             if grant.late {
+                count(&terms.account, HEDGED_LATE);
                 self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some(&terms.late_ms.to_string()));
             }
             if grant.cap_retries {
