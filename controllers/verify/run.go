@@ -371,7 +371,7 @@ func accountOf(d, after counts, policy string, envoy *EnvoyLoad, note string) *A
 	}
 	by := label(envoyconf.AccountStatsTagName, policy)
 	if !after.has(accountLate, by) && !after.has(accountAway, by) {
-		a.Note = fmt.Sprintf("the proxies export no counters of %s: a hedge account that is not tailcut's proxy's", policy)
+		a.Note = fmt.Sprintf("the proxies export no hedge account counters of %s (Istio sidecars and Envoy Gateway proxies do not tag them by policy)", policy)
 		return a
 	}
 	a.Read = true

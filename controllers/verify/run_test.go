@@ -166,7 +166,7 @@ func TestRunSaysWhyTheAccountWasNotRead(t *testing.T) {
 	proxy, admin, _ := serve(t, u)
 	for _, tc := range []struct{ policy, says string }{
 		{"", "give --policy"},
-		{"demo/absent", "the proxies export no counters of demo/absent"},
+		{"demo/absent", "the proxies export no hedge account counters of demo/absent"},
 	} {
 		o := options(proxy)
 		o.EnvoyAdmin, o.Policy, o.PostRate = []string{admin}, tc.policy, 0
