@@ -39,9 +39,11 @@ import (
 // has a tail of exactly 5% or less, and the sampling allowance keeps a first
 // reading of a few hundred requests from taking a 6% sample of a 5% slow
 // share for a reason to wait for the slow mode. Where a delay within the late
-// delay leaves the hedge account room, it is read there instead (headroom.go).
-// The margin keeps the noise in the tail reading from putting the delay inside
-// the fast mode. The budget guard below measures what the delay really costs.
+// delay leaves the hedge account room, it is read there instead, and where a
+// slow mode as large as the budget leaves none, where the fast mode's
+// stragglers end (headroom.go); neither adds the margin. The margin keeps the
+// noise in the tail reading from putting the delay inside the fast mode. The
+// budget guard below measures what the delay really costs.
 //
 // Budget: what the delay asks for is the share of requests slower than it.
 // The hedge counters measured it exactly until tailcut's Envoy got its hedge
@@ -206,19 +208,27 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			return res
 		}
 		if d <= sp.censorAt*(1+1e-9) {
+			margin := delayMargin
 			basis = fmt.Sprintf("%.2f%% of %.0f requests over %s took longer than %s (%s)", 100*tail, samples, over, roundUp(d), qName)
 			observe(d, false)
 			// A recent reading comes from fewer requests than the span's
 			// histogram that headroom reads, and the delay is on its way down.
 			if recent == "" {
-				if dh, th, ok := headroom(r.cdf, r.edge, d, tau, sp.censorAt+r.cdf.fastest()); ok {
+				exactTo := sp.censorAt + r.cdf.fastest()
+				if dh, th, ok := headroom(r.cdf, r.edge, d, tau, exactTo); ok {
 					basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
 						100*th, roundUp(dh), 100*headroomShare)
-					d = dh
+					d, margin = dh, 0
+				} else if dk, stragglers, ok := knee(r.cdf, r.edge, d, tau, exactTo); ok {
+					basis += fmt.Sprintf("; %.2f%% more than the slow mode took longer than %s, at most %.0f%% of the budget's share: read there, where the fast mode's stragglers end",
+						100*stragglers, roundUp(dk), 100*kneeShare)
+					d, margin = dk, 0
 				}
 			}
-			target = d * (1 + delayMargin)
-			basis += fmt.Sprintf(", +%.0f%% margin", 100*delayMargin)
+			target = d * (1 + margin)
+			if margin > 0 {
+				basis += fmt.Sprintf(", +%.0f%% margin", 100*margin)
+			}
 		} else {
 			// The quantile is at least d: never a reason to go down, and a
 			// reason to go up (within the step limit) even without counters

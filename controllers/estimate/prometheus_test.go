@@ -52,8 +52,9 @@ var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // le=16 ends at 17ms, where 3% + 97% * (1 - Phi(2)) = 5.2% are: the p95
 // reads 17ms. That is more than 90% of the budget's share (4.5%), and le=18
 // ends at 19ms, where 3% + 97% * (1 - Phi(4)) = 3.0% are, within 1.5 x 17ms
-// (headroom.go): 19ms, plus the 10% margin: 20.9ms.
-const fastTarget = 20900 * time.Microsecond
+// (headroom.go): 19ms, with no margin (the headroom point leaves the account
+// its room already).
+const fastTarget = 19 * time.Millisecond
 
 func fallbackStatic(d time.Duration) func(*tailcutv1alpha1.HedgePolicy) {
 	return auto(func(a *tailcutv1alpha1.AutoDelay) {
@@ -438,14 +439,18 @@ func TestReadsSinceTheLastChange(t *testing.T) {
 // TestStep is the quantile on a step: 15ms requests and about 5% of them 100ms
 // slower, under a 5% budget. Up to 5.88% slow (5.25% plus two standard errors
 // of 0.315 points at 5000 requests) the delay sits just above the fast mode:
-// le=18 ends at 19ms, where only the slow share is left. Beyond that, no delay
-// below the slow mode fits the budget, and the delay goes past it.
+// le=18 ends at 19ms, where only the slow share is left (and 96% x (1 -
+// Phi(4)) = 0.003% of the fast mode). At 4% that is the headroom (4.00%
+// past 19ms, within 4.5%); from 4.8% it is the knee (the share past 19ms is
+// the slow share past 1.5 x 19ms plus 0.003%, within a tenth of the budget's
+// share); neither adds the margin. Beyond 5.88%, no delay below the slow mode
+// fits the budget, and the delay goes past it.
 func TestStep(t *testing.T) {
 	for _, slow := range []float64{0.04, 0.048, 0.05, 0.052, 0.055, 0.058} {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(15, slow))
 		res := estimate(t, f, ownPolicy())
-		if res.Delay != 20900*time.Microsecond {
+		if res.Delay != 19*ms {
 			t.Errorf("slow %.1f%%: delay %s, want just above the 15ms fast mode (%s)", 100*slow, res.Delay, res.Reason)
 		}
 	}
@@ -453,6 +458,42 @@ func TestStep(t *testing.T) {
 	f.world(5000, bimodal(15, 0.06))
 	if res := estimate(t, f, ownPolicy()); res.Delay < 115*ms {
 		t.Errorf("6%% slow, 5%% budget: delay %s would send 6%% extra requests", res.Delay)
+	}
+}
+
+// TestKnee: a fast mode with stragglers beside a slow mode as large as the
+// budget. 93.2% N(15, 1), 2% stragglers N(19, 1.2) and 4.8% slow N(115, 1),
+// by hand with bucket le=b holding round(5000 F(b+1ms)): le=18 leaves 4.8% +
+// 2% * (1 - Phi(0)) + 0.003% = 5.80% slower than 19ms, within the 5.88%
+// allowed: the p95 reads 19ms, where 1% of requests are stragglers that
+// would take the slow requests' hedges. No delay below the slow mode has at
+// most 4.5% past it (no headroom), and 4.80% are slower than 29ms (le=28,
+// past 1.5 x 19ms): a slow mode as large as the budget. le=20 leaves 4.8% +
+// 2% * (1 - Phi(1.67)) = 4.90% slower than 21ms, within 4.80% + a tenth of
+// the budget's share: the knee, 21ms, with 0.10% of stragglers past it.
+func TestKnee(t *testing.T) {
+	f := newFakeProm(t)
+	f.world(5000, func(ms float64) float64 {
+		return 0.932*normalCDF(ms, 15, 1) + 0.02*normalCDF(ms, 19, 1.2) + 0.048*normalCDF(ms, 115, 1)
+	})
+	res := estimate(t, f, ownPolicy())
+	if res.Delay != 21*ms {
+		t.Errorf("delay %s, want 21ms (%s)", res.Delay, res.Reason)
+	}
+	if !strings.Contains(res.Reason, "0.10% more than the slow mode took longer than 21ms") {
+		t.Errorf("reason %q, want it to say where the stragglers end", res.Reason)
+	}
+	if q := res.Quantile; q == nil || q.Value.Duration != 19*ms || q.LowerBound {
+		t.Errorf("quantile %+v, want the p95 as read, 19ms", q)
+	}
+	// A smooth tail has no slow mode, so no knee. Lognormal(20ms, 0.5):
+	// 1 - Phi(ln(46/20)/0.5) = 4.79% of requests are slower than 46ms (the
+	// p95 read; 7.55% past 41ms is over the 5.88%), and 1 - Phi(ln(51/20)/0.5)
+	// = 3.06% slower than 51ms, within 4.5%: the headroom, 51ms.
+	f = newFakeProm(t)
+	f.world(5000, lognormal(20, 0.5))
+	if res := estimate(t, f, ownPolicy()); strings.Contains(res.Reason, "stragglers end") || res.Delay != 51*ms {
+		t.Errorf("lognormal: %s (%s), want the headroom 51ms, no knee", res.Delay, res.Reason)
 	}
 }
 
@@ -464,7 +505,7 @@ func TestStep(t *testing.T) {
 // Phi(4)) = 5.20% slower than 19ms, within the 5.88% allowed: the p95 reads
 // 19ms, whose 20.9ms would have 5.2% past it. le=20 leaves 5.20% too; le=22
 // leaves 4% + 1.2% * (1 - Phi(3.33)) = 4.00% slower than 23ms, within 90% of
-// the budget's share (4.5%) and 1.5 x 19ms: 23ms + 10% = 25.3ms. 5% slow
+// the budget's share (4.5%) and 1.5 x 19ms: 23ms, with no margin. 5% slow
 // (TestStep) has no such delay below its slow mode and stays at 20.9ms.
 func TestHeadroom(t *testing.T) {
 	f := newFakeProm(t)
@@ -472,8 +513,8 @@ func TestHeadroom(t *testing.T) {
 		return 0.948*normalCDF(ms, 15, 1) + 0.012*normalCDF(ms, 22, 0.3) + 0.04*normalCDF(ms, 115, 1)
 	})
 	res := estimate(t, f, ownPolicy())
-	if res.Delay != 25300*time.Microsecond {
-		t.Errorf("delay %s, want 25.3ms (%s)", res.Delay, res.Reason)
+	if res.Delay != 23*ms {
+		t.Errorf("delay %s, want 23ms (%s)", res.Delay, res.Reason)
 	}
 	if q := res.Quantile; q == nil || q.Value.Duration != 19*ms || q.LowerBound {
 		t.Errorf("quantile %+v, want the p95 as read, 19ms", q)
@@ -543,17 +584,17 @@ func TestBudgetGuard(t *testing.T) {
 		}
 	})
 	t.Run("above the budget within its noise: up through the deadband", func(t *testing.T) {
-		// The fast target is within the 10% deadband above 19.5ms.
+		// The fast target is within the 10% deadband above 17.5ms.
 		f := newFakeProm(t)
 		f.world(5000, F)
 		f.hedging(10000, 565) // 5.65%: above 5%, not significantly
-		policy := ownPolicy(prior(19500*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
+		policy := ownPolicy(prior(17500*time.Microsecond, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, 10*time.Minute))
 		if res := estimate(t, f, policy); res.Delay != fastTarget || res.DerivedReason != tailcutv1alpha1.ReasonDerived {
-			t.Errorf("5.65%% hedged at 19.5ms: %s %s, want %s (%s)", res.Delay, res.DerivedReason, fastTarget, res.Reason)
+			t.Errorf("5.65%% hedged at 17.5ms: %s %s, want %s (%s)", res.Delay, res.DerivedReason, fastTarget, res.Reason)
 		}
 		f.hedging(10000, 450) // 4.5%: within the budget, the deadband holds
-		if res := estimate(t, f, policy); res.Delay != 19500*time.Microsecond {
-			t.Errorf("4.5%% hedged at 19.5ms: %s, want 19.5ms held (%s)", res.Delay, res.Reason)
+		if res := estimate(t, f, policy); res.Delay != 17500*time.Microsecond {
+			t.Errorf("4.5%% hedged at 17.5ms: %s, want 17.5ms held (%s)", res.Delay, res.Reason)
 		}
 	})
 	t.Run("the histogram proves it when the hedge account holds the counters", func(t *testing.T) {
@@ -700,9 +741,11 @@ func TestBudgetGuard(t *testing.T) {
 	t.Run("and then expires", func(t *testing.T) {
 		f := newFakeProm(t)
 		f.world(5000, bimodal(10, 0.03))
+		// 3% + 97% * (1 - Phi(3)) = 3.13% are slower than 13ms (le=12),
+		// within 90% of the budget's share: 13ms, with no margin.
 		res := estimate(t, f, ownPolicy(prior(24*ms, tailcutv1alpha1.DelaySourcePrometheus, 30*time.Second, time.Minute), floor(2*time.Minute)))
-		if res.Delay != 14300*time.Microsecond || res.Floor != nil {
-			t.Errorf("got %s, floor %+v, want 14.3ms and no floor (%s)", res.Delay, res.Floor, res.Reason)
+		if res.Delay != 13*ms || res.Floor != nil {
+			t.Errorf("got %s, floor %+v, want 13ms and no floor (%s)", res.Delay, res.Floor, res.Reason)
 		}
 	})
 }
