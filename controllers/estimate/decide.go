@@ -216,12 +216,21 @@ func decide(policy *tailcutv1alpha1.HedgePolicy, auto *tailcutv1alpha1.AutoDelay
 			if recent == "" {
 				exactTo := sp.censorAt + r.cdf.fastest()
 				if dh, th, ok := headroom(r.cdf, r.edge, d, tau, exactTo); ok {
-					basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
-						100*th, roundUp(dh), 100*headroomShare)
+					if dh > d {
+						basis += fmt.Sprintf("; %.2f%% took longer than %s, at most %.0f%% of the budget's share: read there, so that the hedge account need not ration",
+							100*th, roundUp(dh), 100*headroomShare)
+					} else {
+						basis += fmt.Sprintf(", at most %.0f%% of the budget's share: the hedge account need not ration", 100*headroomShare)
+					}
 					d, margin = dh, 0
 				} else if dk, stragglers, ok := knee(r.cdf, r.edge, d, tau, exactTo); ok {
-					basis += fmt.Sprintf("; %.2f%% more than the slow mode took longer than %s, at most %.0f%% of the budget's share: read there, where the fast mode's stragglers end",
-						100*stragglers, roundUp(dk), 100*kneeShare)
+					if dk > d {
+						basis += fmt.Sprintf("; %.2f%% more than the slow mode took longer than %s, at most %.0f%% of the budget's share: read there, where the fast mode's stragglers end",
+							100*stragglers, roundUp(dk), 100*kneeShare)
+					} else {
+						basis += fmt.Sprintf(", %.2f%% more than the slow mode, at most %.0f%% of the budget's share: the fast mode's stragglers end there",
+							100*stragglers, 100*kneeShare)
+					}
 					d, margin = dk, 0
 				}
 			}
