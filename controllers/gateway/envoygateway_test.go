@@ -168,8 +168,9 @@ func TestGatewayHedgesWithRealEnvoyGateway(t *testing.T) {
 	// route's own histogram. The slow replica is replaced by two that answer
 	// in 10 ms, and 4% of the GETs ask for /slow (300 ms on every replica):
 	// the p95 lies in the fast mode, in Envoy's (10, 25] ms bucket, which
-	// reaches 26 ms (Envoy records whole milliseconds); the delay is the p95
-	// and the default 10% margin, in [11, 28.6] ms. The Auto
+	// reaches 26 ms (Envoy records whole milliseconds); the delay is the p95,
+	// 26 ms with 4% past it, within 90% of the budget's share (no margin),
+	// or with the default 10% margin when more ran past: in [11, 28.6] ms. The Auto
 	// policy starts with hedging off: its patch gives the route only the stat
 	// prefix its first reading needs.
 	if err := pub.Remove(ctx, policy); err != nil {
@@ -184,7 +185,7 @@ func TestGatewayHedgesWithRealEnvoyGateway(t *testing.T) {
 	derived := e.derive(ctx, auto, harness.StartPrometheus(t, "/stats/prometheus", e.admin()))
 	t.Logf("derived at the gateway: %s from %s (%s)", derived.Delay, derived.Source, derived.Reason)
 	if derived.Source != tailcutv1alpha1.DelaySourcePrometheus || derived.Delay < 11*time.Millisecond || derived.Delay > 28600*time.Microsecond {
-		t.Errorf("derived %s from %s, want the fast mode's bucket and the margin, [11ms, 28.6ms], from Prometheus", derived.Delay, derived.Source)
+		t.Errorf("derived %s from %s, want the fast mode's bucket, at most with the margin, [11ms, 28.6ms], from Prometheus", derived.Delay, derived.Source)
 	}
 	if err := pub.Remove(ctx, auto); err != nil {
 		t.Fatal(err)
