@@ -24,7 +24,7 @@ import (
 
 // The delay read for the budget's quantile lets as many requests past it as
 // the budget allows, give or take its noise (budgetSlack, selectZ). The hedge
-// account gives a steady stream a little less than the budget (4.84% of a 5%
+// account gives a steady stream a little less than the budget (4.96% of a 5%
 // budget over 30 s), so at that delay it rations: when a fast mode's stragglers
 // run past the delay beside a slow mode (4% slow under a 5% budget, a busy
 // machine), their hedges take the slow requests' place, and the slow requests

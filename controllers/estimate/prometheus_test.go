@@ -498,7 +498,7 @@ func TestKnee(t *testing.T) {
 }
 
 // TestHeadroom: stragglers just past the quantile read would have the delay
-// ask the hedge account for more than it gives (4.84% of a 5% budget over
+// ask the hedge account for more than it gives (4.96% of a 5% budget over
 // 30 s), and it would ration the slow requests' hedges. 94.8% N(15, 1), 1.2%
 // stragglers N(22, 0.3) and 4% slow N(115, 1), by hand with bucket le=b
 // holding round(5000 F(b+1ms)): le=18 leaves 4% + 1.2% + 94.8% * (1 -

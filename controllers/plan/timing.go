@@ -44,9 +44,10 @@ const (
 	HostSelectionRetryMaxAttempts = 3
 
 	// HedgeWindow is the hedge account's window: a request may be hedged
-	// only if, with its own hedges, every stretch of the last window+1 to
-	// 2 x window+1 seconds holds hedges within HedgeRatio of the requests
-	// of all its seconds but the first (hedgeaccount's account), so that no
+	// only if, with its own hedges, every stretch of the last window and a
+	// quarter second to two windows and a quarter second, in quarter
+	// seconds, holds hedges within HedgeRatio of the requests of all its
+	// quarter seconds but the first (hedgeaccount's account), so that no
 	// stretch of a window or more goes over the budget. Sliding stretches,
 	// not a token bucket: a bucket small enough to keep a 30 s
 	// stretch within the budget (a few hedges) is too small for slow

@@ -54,19 +54,33 @@ pub struct Grant {
     pub late: bool,
 }
 
-/// One second of an account's history: its requests, the hedges committed
-/// to them, and of those that ended, how many and how many took between the
-/// delay and the late delay.
+/// One slot (SLOT_MS) of an account's history: its requests, the hedges
+/// committed to them, and of those that ended, how many and how many took
+/// between the delay and the late delay. u32 counts keep a slot at 24 bytes
+/// (a worker sees far fewer than 4 billion requests in a quarter second).
 #[derive(Clone, Copy, Default)]
 struct Slot {
-    second: i64,
-    requests: i64,
-    committed: i64,
-    ended: i64,
-    in_band: i64,
+    slot: i64,
+    requests: u32,
+    committed: u32,
+    ended: u32,
+    in_band: u32,
 }
 
-/// The seconds before the current one whose ended requests say whether the
+/// The length of a slot of an account's history, in milliseconds. The first
+/// slot of every stretch is not credited with its requests (Account), so a
+/// steady stream can be hedged at most window/(window + one slot) of the
+/// budget: with whole seconds 30/31, 4.84% of a 5% budget; with quarter
+/// seconds 120/121, 4.96%. Where the slow share equals the budget, every
+/// hundredth of a point the account cannot give is a slow request left
+/// unhedged. Shorter slots give a little more (100 ms: 4.98%) for 2.5 times
+/// the memory and the work of each reckoning.
+pub const SLOT_MS: i64 = 250;
+
+/// The slots in a second.
+const SLOTS_PER_SECOND: i64 = 1000 / SLOT_MS;
+
+/// The seconds before the current slot whose ended requests say whether the
 /// band is quiet.
 const BAND_SECONDS: i64 = 10;
 
@@ -77,41 +91,43 @@ const BAND_SECONDS: i64 = 10;
 const QUIET_BAND_SHARE: f64 = 0.1;
 
 /// One policy's history on one worker (each Envoy worker runs its own VM, so
-/// its own accounts). It keeps the last 2 x window + 1 seconds.
+/// its own accounts). It keeps the last 2 x w + 1 slots, w the window's
+/// slots (SLOT_MS).
 ///
 /// A request may be hedged only while, for every stretch of the last k whole
-/// seconds with k from window+1 to 2 x window+1 (the current second counted
-/// whole), the hedges committed in the stretch, its own included, stay within
-/// ratio of the requests of the stretch's newest k-1 seconds. So any stretch
-/// of time from window to 2 x window seconds long, wherever it starts, holds
-/// no more hedges than ratio of its requests: at its last hedge, the stretch
-/// of whole seconds from the one it starts in covers its hedges, and the
-/// requests that stretch is credited with exclude that first, partial
-/// second. Longer stretches are made of such stretches. A check over the last
-/// window seconds alone let a stretch that starts before a cluster of slow
-/// requests spend what the seconds before it left unused: 5.09% of a minute's
-/// requests under a 5% budget (#26). The cost is the first second: in a
-/// steady stream at most ratio x window/(window+1) is hedged (4.84% of a 5%
-/// budget over 30 s).
+/// slots with k from w+1 to 2 x w+1 (the current slot counted whole), the
+/// hedges committed in the stretch, its own included, stay within ratio of
+/// the requests of the stretch's newest k-1 slots. So any stretch of time
+/// from window to 2 x window long, wherever it starts, holds no more hedges
+/// than ratio of its requests: at its last hedge, the stretch of whole slots
+/// from the one it starts in covers its hedges, and the requests that stretch
+/// is credited with exclude that first, partial slot. Longer stretches are
+/// made of such stretches. A check over the last window alone let a stretch
+/// that starts before a cluster of slow requests spend what the time before
+/// it left unused: 5.09% of a minute's requests under a 5% budget (#26). The
+/// cost is the first slot: in a steady stream at most ratio x w/(w+1) is
+/// hedged (4.96% of a 5% budget over 30 s of quarter seconds).
 struct Account {
+    /// The window, in slots.
     window: i64,
     generation: u64,
+    /// The current slot: milliseconds / SLOT_MS.
     now: i64,
-    slots: Vec<Slot>, // by second mod len
-    /// The least, over the stretches, of what the seconds before the current
+    slots: Vec<Slot>, // by slot mod len
+    /// The least, over the stretches, of what the slots before the current
     /// one leave to hedge; stale when a hedge came back to one of them.
     earlier: f64,
     stale: bool,
 }
 
-/// What a request took from its account: its hedges, committed in the second
-/// it arrived (none when none fit). It is settled once, when the stream ends,
-/// and the stream's duration is recorded against the band it had.
+/// What a request took from its account: its hedges, committed in the slot
+/// it arrived in (none when none fit). It is settled once, when the stream
+/// ends, and the stream's duration is recorded against the band it had.
 #[derive(Debug, Default)]
 pub struct Commitment {
     account: String,
     generation: u64,
-    second: i64,
+    slot: i64,
     hedges: i64,
     band: (i64, i64),
 }
@@ -138,8 +154,10 @@ pub struct Accounts {
 }
 
 impl Account {
-    fn new(window: i64, generation: u64) -> Account {
-        let slot = Slot { second: -1, ..Slot::default() };
+    /// An account over window_s seconds.
+    fn new(window_s: i64, generation: u64) -> Account {
+        let window = window_s * SLOTS_PER_SECOND;
+        let slot = Slot { slot: -1, ..Slot::default() };
         Account { window, generation, now: 0, slots: vec![slot; (2 * window + 1) as usize], earlier: 0.0, stale: true }
     }
 
@@ -147,20 +165,20 @@ impl Account {
         (s % self.slots.len() as i64) as usize
     }
 
-    /// The slot of second s, when s is in the history.
+    /// Slot s, when it is in the history.
     fn at(&self, s: i64) -> Option<&Slot> {
         let sl = self.slots.get(self.index(s.max(0)))?;
-        (s >= 0 && sl.second == s).then_some(sl)
+        (s >= 0 && sl.slot == s).then_some(sl)
     }
 
-    /// Moves the account to second now, giving every second since the last
-    /// call an empty slot, and returns the current second's index. A clock
-    /// that steps back keeps counting in the latest second.
+    /// Moves the account to slot now, giving every slot since the last call
+    /// an empty one, and returns the current slot's index. A clock that steps
+    /// back keeps counting in the latest slot.
     fn advance(&mut self, now: i64, ratio: f64) -> usize {
         if now > self.now {
             for s in (self.now + 1).max(now - self.slots.len() as i64 + 1)..=now {
                 let i = self.index(s);
-                self.slots[i] = Slot { second: s, ..Slot::default() };
+                self.slots[i] = Slot { slot: s, ..Slot::default() };
             }
             self.now = now;
             self.stale = true;
@@ -172,31 +190,31 @@ impl Account {
         self.index(self.now)
     }
 
-    /// The least, over the stretches of k seconds (k from window+1 to
-    /// 2 x window+1, the current second the newest), of ratio x the requests
-    /// of the stretch's seconds before the current one but its first, less
-    /// the hedges committed in them: what the earlier seconds leave to hedge.
+    /// The least, over the stretches of k slots (k from w+1 to 2 x w+1, the
+    /// current slot the newest), of ratio x the requests of the stretch's
+    /// slots before the current one but its first, less the hedges committed
+    /// in them: what the earlier slots leave to hedge.
     fn credit(&self, ratio: f64) -> f64 {
         let (mut requests, mut committed) = (0i64, 0i64);
         let mut least = f64::INFINITY;
         for age in 1..=2 * self.window {
-            // The stretch of age+1 seconds starts at age: its hedges count,
+            // The stretch of age+1 slots starts at age: its hedges count,
             // its requests do not.
             let slot = self.at(self.now - age).copied();
             if let Some(sl) = slot {
-                committed += sl.committed;
+                committed += sl.committed as i64;
             }
             if age >= self.window {
                 least = least.min(ratio * requests as f64 - committed as f64);
             }
             if let Some(sl) = slot {
-                requests += sl.requests;
+                requests += sl.requests as i64;
             }
         }
         least
     }
 
-    /// Whether, over the last BAND_SECONDS whole seconds, enough requests
+    /// Whether, over the last BAND_SECONDS of whole slots, enough requests
     /// ended (2 / the quiet share) and fewer than the quiet share of them took
     /// between the delay and the late delay. A fast mode that ends well
     /// before the delay leaves the band quiet, and a late hedge there would
@@ -205,9 +223,9 @@ impl Account {
     /// hedges keep its stragglers from taking the slow requests' hedges.
     fn quiet_band(&self, ratio: f64) -> bool {
         let share = QUIET_BAND_SHARE * ratio;
-        let (ended, in_band) = (1..=BAND_SECONDS)
+        let (ended, in_band) = (1..=BAND_SECONDS * SLOTS_PER_SECOND)
             .filter_map(|age| self.at(self.now - age))
-            .fold((0i64, 0i64), |(e, b), sl| (e + sl.ended, b + sl.in_band));
+            .fold((0i64, 0i64), |(e, b), sl| (e + sl.ended as i64, b + sl.in_band as i64));
         ended as f64 >= 2.0 / share && (in_band as f64) < share * ended as f64
     }
 }
@@ -226,20 +244,21 @@ impl Accounts {
         self.by_name.is_empty()
     }
 
-    /// Counts a request that arrived at second now on t's account and commits
-    /// the hedges it may have: as many as fit (at most t.hedges) while every
-    /// stretch keeps its hedges within t.ratio of its requests (Account).
-    pub fn admit(&mut self, now: i64, t: &Terms) -> (Grant, Commitment) {
+    /// Counts a request that arrived at now_ms (milliseconds of a clock) on
+    /// t's account and commits the hedges it may have: as many as fit (at
+    /// most t.hedges) while every stretch keeps its hedges within t.ratio of
+    /// its requests (Account).
+    pub fn admit(&mut self, now_ms: i64, t: &Terms) -> (Grant, Commitment) {
         let a = self.account(t);
-        let cur = a.advance(now, t.ratio);
+        let cur = a.advance(now_ms.div_euclid(SLOT_MS), t.ratio);
         let earlier = a.earlier;
         let slot = &mut a.slots[cur];
-        slot.requests += 1;
+        slot.requests = slot.requests.saturating_add(1);
         let left = earlier + t.ratio * slot.requests as f64 - slot.committed as f64;
         let fit = t.hedges.min(left.floor() as i64).max(0);
-        slot.committed += fit;
+        slot.committed = slot.committed.saturating_add(fit as u32);
         let band = if t.delay_ms > 0 && t.late_ms > t.delay_ms { (t.delay_ms, t.late_ms) } else { (0, 0) };
-        let c = Commitment { account: t.account.clone(), generation: a.generation, second: slot.second, hedges: fit, band };
+        let c = Commitment { account: t.account.clone(), generation: a.generation, slot: slot.slot, hedges: fit, band };
         if fit < 1 {
             return (Grant::default(), c);
         }
@@ -250,7 +269,7 @@ impl Accounts {
     /// t's account, new when its window changed: a new window cannot take
     /// back what the old one committed.
     fn account(&mut self, t: &Terms) -> &mut Account {
-        let fresh = self.by_name.get(&t.account).is_none_or(|a| a.window != t.window);
+        let fresh = self.by_name.get(&t.account).is_none_or(|a| a.window != t.window * SLOTS_PER_SECOND);
         if fresh {
             self.generation += 1;
             self.by_name.insert(t.account.clone(), Account::new(t.window, self.generation));
@@ -261,11 +280,13 @@ impl Accounts {
     /// Drops, once a second, the accounts that saw no request for two
     /// windows, so that accounts of deleted policies do not pile up for as
     /// long as Envoy runs.
-    pub fn sweep(&mut self, now: i64) {
-        if now <= self.swept {
+    pub fn sweep(&mut self, now_ms: i64) {
+        let second = now_ms.div_euclid(1000);
+        if second <= self.swept {
             return;
         }
-        self.swept = now;
+        self.swept = second;
+        let now = now_ms.div_euclid(SLOT_MS);
         self.by_name.retain(|_, a| a.now >= now - 2 * a.window);
     }
 
@@ -273,7 +294,7 @@ impl Accounts {
     /// `attempts` upstream attempts (attempts-1 hedges were sent; 0 when the
     /// request never reached an upstream). It runs when the stream ends,
     /// answered or reset by its client: a cancelled request's unsent hedges
-    /// come back as an answered one's do. Hedges go back to the second they
+    /// come back as an answered one's do. Hedges go back to the slot they
     /// were committed in, while it is still in the account's history. It
     /// returns how many went back.
     pub fn settle(&mut self, c: &mut Commitment, attempts: i64) -> i64 {
@@ -283,44 +304,49 @@ impl Accounts {
             return 0;
         }
         let unused = hedges - hedges.min((attempts - 1).max(0));
-        let i = a.index(c.second.max(0));
-        if unused <= 0 || c.second < 0 || a.slots[i].second != c.second {
+        let i = a.index(c.slot.max(0));
+        if unused <= 0 || c.slot < 0 || a.slots[i].slot != c.slot {
             return 0;
         }
-        a.slots[i].committed -= unused;
-        if c.second != a.now {
+        a.slots[i].committed -= unused as u32;
+        if c.slot != a.now {
             a.stale = true;
         }
         unused
     }
 
-    /// Records that a request ended after duration_ms, in the second it
-    /// arrived, while that second is in its account's history: whether it
+    /// Records that a request ended after duration_ms, in the slot it
+    /// arrived in, while that slot is in its account's history: whether it
     /// took between the delay and the late delay it was admitted with.
     pub fn ended(&mut self, c: &Commitment, duration_ms: i64) {
         let Some(a) = self.by_name.get_mut(&c.account) else { return };
-        if a.generation != c.generation || c.second < 0 || c.band.0 <= 0 {
+        if a.generation != c.generation || c.slot < 0 || c.band.0 <= 0 {
             return;
         }
-        let i = a.index(c.second);
+        let i = a.index(c.slot);
         let slot = &mut a.slots[i];
-        if slot.second != c.second {
+        if slot.slot != c.slot {
             return;
         }
-        slot.ended += 1;
-        slot.in_band += (duration_ms > c.band.0 && duration_ms <= c.band.1) as i64;
+        slot.ended = slot.ended.saturating_add(1);
+        slot.in_band = slot.in_band.saturating_add((duration_ms > c.band.0 && duration_ms <= c.band.1) as u32);
     }
 
-    /// The requests that ended of second s of an account, and those in its
-    /// band, for tests.
-    pub fn band(&self, name: &str, s: i64) -> (i64, i64) {
-        self.by_name.get(name).and_then(|a| a.at(s)).map_or((0, 0), |sl| (sl.ended, sl.in_band))
+    /// The requests that ended of the slot at now_ms of an account, and
+    /// those in its band, for tests.
+    pub fn band(&self, name: &str, now_ms: i64) -> (i64, i64) {
+        self.by_name
+            .get(name)
+            .and_then(|a| a.at(now_ms.div_euclid(SLOT_MS)))
+            .map_or((0, 0), |sl| (sl.ended as i64, sl.in_band as i64))
     }
 
-    /// The account's committed hedges and requests in its last window
-    /// seconds, for tests.
+    /// The account's committed hedges and requests in its last window of
+    /// slots, for tests.
     pub fn committed(&self, name: &str) -> (i64, i64) {
         let Some(a) = self.by_name.get(name) else { return (0, 0) };
-        (0..a.window).filter_map(|age| a.at(a.now - age)).fold((0, 0), |(c, r), sl| (c + sl.committed, r + sl.requests))
+        (0..a.window)
+            .filter_map(|age| a.at(a.now - age))
+            .fold((0, 0), |(c, r), sl| (c + sl.committed as i64, r + sl.requests as i64))
     }
 }

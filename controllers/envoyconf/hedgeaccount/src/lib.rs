@@ -8,8 +8,8 @@
 //! Envoy's retry_budget does not bound hedges: a retry holds its place in the
 //! budget only while it waits out its back-off (1 ms on a hedged route), not
 //! while it runs. The account (account.rs) counts, per policy and Envoy
-//! worker, the requests of the last 2 x window + 1 seconds and the hedges
-//! committed to them. Hedges are committed when the request arrives, since
+//! worker, the requests of the last two windows and a quarter second, by
+//! quarter second, and the hedges committed to them. Hedges are committed when the request arrives, since
 //! Envoy sends them later, and the ones Envoy did not send are given back
 //! when the stream ends: proxy_on_log runs for every stream, answered or
 //! reset by its client, and the stream's upstream attempt count says how
@@ -107,7 +107,7 @@ mod filter {
     impl HttpContext for Stream {
         fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
             self.started_ms = now_ms();
-            let now = self.started_ms / 1000;
+            let now = self.started_ms;
             ACCOUNTS.with_borrow_mut(|a| a.sweep(now));
             let Some(md) = property(vec!["xds", "route_metadata", "filter_metadata", METADATA_KEY]) else {
                 return Action::Continue;
