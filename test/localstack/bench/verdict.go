@@ -41,10 +41,14 @@ type scenarioVerdict struct {
 	// reference is the median bypass p99 of the scenario's valid runs.
 	reference float64
 	auto      row
-	// best is the static run with the lowest hedged p99 among those that
-	// kept the budget and the rate with no error; nil: none did.
+	// best is the static run of the sweep with the lowest hedged p99 among
+	// those that kept the budget and the rate with no error; nil: none did.
 	best *row
-	// vsBest is auto's hedged p99 over best's (0: no best).
+	// again is best's delay measured again, as long as auto's run; nil when
+	// it was not, or that run did not keep the budget and the rate.
+	again *row
+	// vsBest is auto's hedged p99 over again's, or best's when again is nil
+	// (0: no best).
 	vsBest float64
 	fails  []string
 }
@@ -82,18 +86,30 @@ func judgeRuns(rows []row) (verdicts []scenarioVerdict, overStretch []string) {
 	return verdicts, overStretch
 }
 
+// bestStatic is the static run of the sweep with the lowest hedged p99
+// among those that kept the budget and the rate with no error; nil: none did.
+func bestStatic(runs []row) *row {
+	var best *row
+	for i, r := range runs {
+		if r.auto || r.again != "" || !within(r.r) || !valid(r.r) {
+			continue
+		}
+		if best == nil || r.r.Hedged().P99 < best.r.Hedged().P99 {
+			best = &runs[i]
+		}
+	}
+	return best
+}
+
 func judgeScenario(sc string, a row, runs []row) scenarioVerdict {
-	v := scenarioVerdict{scenario: sc, auto: a}
+	v := scenarioVerdict{scenario: sc, auto: a, best: bestStatic(runs)}
 	var bypass []float64
-	for _, r := range runs {
+	for i, r := range runs {
 		if valid(r.r) {
 			bypass = append(bypass, r.r.Unhedged().P99)
 		}
-		if r.auto || !within(r.r) || !valid(r.r) {
-			continue
-		}
-		if v.best == nil || r.r.Hedged().P99 < v.best.r.Hedged().P99 {
-			v.best = &r
+		if v.best != nil && r.again == v.best.delay && within(r.r) && valid(r.r) {
+			v.again = &runs[i]
 		}
 	}
 	v.reference = median(bypass)
@@ -109,11 +125,11 @@ func judgeScenario(sc string, a row, runs []row) scenarioVerdict {
 	}
 	v.fails = append(v.fails, a.r.Invalid(verify.DefaultCriteria())...)
 	v.fails = append(v.fails, a.r.Duplicated()...)
-	if v.best != nil && v.best.r.Hedged().P99 > 0 {
-		v.vsBest = a.r.Hedged().P99 / v.best.r.Hedged().P99
+	if cmp := v.comparedWith(); cmp != nil && cmp.r.Hedged().P99 > 0 {
+		v.vsBest = a.r.Hedged().P99 / cmp.r.Hedged().P99
 		if target := autoVsBestOf(sc); v.vsBest > target {
 			v.fails = append(v.fails, fmt.Sprintf("hedged p99 %.1fms is %.2fx the best static's (%s, %.1fms), above %.2f",
-				a.r.Hedged().P99, v.vsBest, v.best.delay, v.best.r.Hedged().P99, target))
+				a.r.Hedged().P99, v.vsBest, cmp.delay, cmp.r.Hedged().P99, target))
 		}
 	}
 	ratio := a.r.Ratio["p99"]
@@ -140,17 +156,30 @@ func judgeScenario(sc string, a row, runs []row) scenarioVerdict {
 	return v
 }
 
+// comparedWith is the run auto is compared with: the best static delay
+// measured again, or the sweep's run of it when it was not (nil: no best).
+func (v scenarioVerdict) comparedWith() *row {
+	if v.again != nil {
+		return v.again
+	}
+	return v.best
+}
+
 // verdictRow is the scenario's line of the targets table.
 func (v scenarioVerdict) verdictRow() string {
-	bestCell, bestP99, rel := "none kept the budget and the rate", "-", "-"
+	bestCell, bestP99, againP99, rel := "none kept the budget and the rate", "-", "-", "-"
 	if v.best != nil {
 		bestCell, bestP99, rel = v.best.delay, fmt.Sprintf("%.1f", v.best.r.Hedged().P99), fmt.Sprintf("%.2f", v.vsBest)
+		againP99 = "not kept (the sweep's is compared)"
+		if v.again != nil {
+			againP99 = fmt.Sprintf("%.1f", v.again.r.Hedged().P99)
+		}
 	}
 	verdict := "met"
 	if len(v.fails) > 0 {
 		verdict = "MISSED: " + strings.Join(v.fails, "; ")
 	}
-	return fmt.Sprintf("| %s | %.1f | %s | %s | %.1f | %s | %.2f | %.2f | %s |\n", v.scenario, v.reference, bestCell, bestP99,
+	return fmt.Sprintf("| %s | %.1f | %s | %s | %s | %.1f | %s | %.2f | %.2f | %s |\n", v.scenario, v.reference, bestCell, bestP99, againP99,
 		v.auto.r.Hedged().P99, rel, v.auto.r.Ratio["p99"], v.auto.r.ExtraLoadPct(), verdict)
 }
 
