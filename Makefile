@@ -84,8 +84,8 @@ test-e2e: ## The local stack end to end: ordinary traffic with a latency shift, 
 	@$(TOOL_ENV); $(GO) test -tags localstack ./test/localstack/ -run 'TestOrdinaryTraffic|TestHedgingShortensTheTail|TestSaturationBacksOff|TestLowRateSaysWhatToChange|TestOneSlowReplicaIsWeightedDown' -count=1 -timeout 30m -v
 
 .PHONY: test-chaos
-test-chaos: ## Faults on the local stack (about 18 minutes): operator killed and restarted, leader failover, Prometheus down 5 minutes, brownout.
-	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -timeout 50m -v
+test-chaos: ## Faults on the local stack, two at a time (about 10 minutes): operator killed and restarted, leader failover, Prometheus down 5 minutes, brownout.
+	@$(TOOL_ENV); $(GO) test -tags 'localstack chaos' ./test/localstack/ -run 'TestChaos' -count=1 -parallel 2 -timeout 50m -v
 
 SOAK_DURATION ?= 30m
 

