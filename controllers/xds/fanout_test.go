@@ -19,6 +19,7 @@ package xds
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,7 @@ import (
 type fanOutRun struct {
 	gets, posts int
 	// copies are the GETs' attempts beyond the first; spread is the longest
-	// time from a GET's first attempt to its last.
+	// time from a GET's first attempt to its last, on Envoy's clock.
 	copies int
 	spread time.Duration
 	// byAttempts counts GETs by their number of attempts.
@@ -93,12 +94,18 @@ func runFanOut(t *testing.T, maxHedges, budget int32) fanOutRun {
 	if len(failed) > 0 {
 		t.Errorf("%d requests failed, the first: %s", len(failed), failed[0])
 	}
+	timeLeft := up.TimeLeft()
 	for id, at := range up.Arrivals() {
 		switch {
 		case strings.HasPrefix(id, "GET-"):
 			run.byAttempts[len(at)]++
 			run.copies += len(at) - 1
-			run.spread = max(run.spread, at[len(at)-1].Sub(at[0]))
+			left := timeLeft[id]
+			if len(left) != len(at) {
+				t.Errorf("%s: %d attempts arrived, %d with x-envoy-expected-rq-timeout-ms", id, len(at), len(left))
+				continue
+			}
+			run.spread = max(run.spread, slices.Max(left)-slices.Min(left))
 		case strings.HasPrefix(id, "POST-"):
 			run.postExecutions += len(at)
 		}

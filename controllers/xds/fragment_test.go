@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tailcut/tailcut/controllers/publish"
@@ -31,7 +32,7 @@ import (
 // publishing a new delay for one of 100 policies translates one policy.
 func TestPublishOneOfManyTranslatesOne(t *testing.T) {
 	ctx := context.Background()
-	s := NewServer(ServerOptions{Address: "127.0.0.1:0"})
+	s := NewServer(ServerOptions{Address: "127.0.0.1:0", Logger: logr.Discard()})
 	s.MarkSynced()
 	plans := harness.ManyPlans(t, 100)
 	for _, p := range plans {

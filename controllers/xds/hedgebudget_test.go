@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,21 +36,22 @@ type accountRun struct {
 	sent, ok, attemptHeaders int
 	// slow requests were sent to /slow and not cancelled: each wants a hedge.
 	slow int
-	// hedges reached the upstream; early ones came sooner than earlyBelow
-	// after their first attempt.
+	// hedges reached the upstream; early ones Envoy sent sooner than
+	// earlyBelow after their first attempt.
 	hedges, early int
 	// hedgedLate and turnedAway are the account's own counters on Envoy's
 	// /stats/prometheus: requests given a late hedge, and requests given none.
 	hedgedLate, turnedAway int
 }
 
-// The account's run hedges at accountDelay, or late at 150 ms. The two are
-// 50 ms apart, so that a hedge's lateness reads well above the noise of the
-// upstream's clock: with a 20 ms delay (late: 30 ms) and the line at 25 ms,
-// a CI run that tested four packages at once on two cores saw one hedge
-// arrive 24 ms after its first attempt, while Envoy's own clock
-// (x-envoy-expected-rq-timeout-ms) put every hedge of such runs at 28 ms or
-// more: the first attempt's arrival had waited on the scheduler.
+// The account's run hedges at accountDelay, or late at 150 ms. When a hedge
+// went is read on Envoy's clock (harness.Upstream.TimeLeft), not from when
+// its attempts reached the upstream: in a CI run that tested packages side by
+// side, this process took the first attempt of a request hedged late more
+// than 25 ms after Envoy sent it, and its hedge read as sent at the delay.
+// In 57 runs, each beside four busy loops and two more runs, Envoy's clock
+// put hedges at the delay at 95-110 ms and late ones at 146-163 ms (its
+// timers fire on a loop time read a few ms before).
 const accountDelay = 100 * time.Millisecond
 
 // earlyBelow is halfway between the delay and the late delay.
@@ -124,17 +126,27 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 	})
 	time.Sleep(500 * time.Millisecond) // the last hedges arrive
 
+	timeLeft := up.TimeLeft()
+	var early, late []time.Duration // when Envoy sent each hedge
 	for id, at := range up.Arrivals() {
 		if !strings.HasPrefix(id, "rate-") || len(at) < 2 {
 			continue
 		}
 		run.hedges += len(at) - 1
+		left := timeLeft[id]
+		if len(left) != len(at) {
+			t.Errorf("%s: %d attempts arrived, %d with x-envoy-expected-rq-timeout-ms", id, len(at), len(left))
+			continue
+		}
 		// Envoy sends the hedge after the per-try timeout plus a back-off
 		// of up to 1 ms.
-		if at[1].Sub(at[0]) < earlyBelow {
-			run.early++
+		if sent := left[0] - left[1]; sent < earlyBelow {
+			early = append(early, sent)
+		} else {
+			late = append(late, sent)
 		}
 	}
+	run.early = len(early)
 	run.hedgedLate, run.turnedAway = accountCounters(t, admin)
 	if run.ok != run.sent {
 		t.Errorf("%d of %d requests got a 200", run.ok, run.sent)
@@ -163,17 +175,26 @@ func runAccountCancelling(t *testing.T, slowEvery, cancelEvery int, fastFor time
 	if least := math.Min(most, float64(run.slow)) - 5; float64(run.hedges) < least {
 		t.Errorf("%d hedges for %d requests (%d slow), want at least %.0f: the account should spend its share, or hedge every slow request when they are fewer (unhedged answers and cancelled requests give their commitments back)", run.hedges, all, run.slow, least)
 	}
-	// Every hedge that came late was granted late; a late grant whose
+	// Every hedge that Envoy sent late was granted late; a late grant whose
 	// request answered first sent nothing. Every request turned away went
 	// unhedged.
-	t.Logf("the account's counters: %d hedged late, %d turned away", run.hedgedLate, run.turnedAway)
+	t.Logf("the account's counters: %d hedged late, %d turned away; Envoy sent hedges at %s and %s after their first attempt",
+		run.hedgedLate, run.turnedAway, spread(early), spread(late))
 	if late := run.hedges - run.early; run.hedgedLate < late {
-		t.Errorf("the account counted %d requests hedged late; %d hedges reached the upstream %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
+		t.Errorf("the account counted %d requests hedged late; Envoy sent %d hedges %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
 	}
 	if unhedged := all - run.hedges; run.turnedAway > unhedged {
 		t.Errorf("the account counted %d requests turned away; only %d of %d went unhedged", run.turnedAway, unhedged, all)
 	}
 	return run
+}
+
+// spread is the least and the most of ds, "none" when empty.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s-%s", slices.Min(ds), slices.Max(ds))
 }
 
 // accountCounters reads the hedge account's counters of policy e2e/web from
@@ -206,17 +227,17 @@ func accountCounters(t *testing.T, admin uint32) (hedgedLate, turnedAway int) {
 // Every request wants a hedge and gets one when the account has it, so the
 // account's counters are read against the upstream's arrivals exactly: the
 // requests turned away are those that arrived once, and the ones hedged late
-// those whose hedge came late.
+// those whose hedge Envoy sent late.
 func TestHedgeAccountCapsTheRate(t *testing.T) {
 	run := runAccount(t, 1, 0)
 	if away := run.sent - run.hedges; run.turnedAway != away {
 		t.Errorf("the account counted %d requests turned away; %d of %d reached the upstream once", run.turnedAway, away, run.sent)
 	}
 	if late := run.hedges - run.early; run.hedgedLate != late {
-		t.Errorf("the account counted %d requests hedged late; %d hedges came %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
+		t.Errorf("the account counted %d requests hedged late; Envoy sent %d hedges %s or more after their first attempt", run.hedgedLate, late, earlyBelow)
 	}
 	if run.early == 0 || run.early == run.hedges {
-		t.Errorf("%d of %d hedges came sooner than %s after their first attempt; want the first ones late (%s), while fewer than 400 requests had ended, and the later ones at the delay (the band is empty)",
+		t.Errorf("Envoy sent %d of %d hedges sooner than %s after their first attempt; want the first ones late (%s), while fewer than 400 requests had ended, and the later ones at the delay (the band is empty)",
 			run.early, run.hedges, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
 	}
 }
@@ -230,7 +251,7 @@ func TestHedgeAccountCapsTheRate(t *testing.T) {
 // late delay, and only slow requests are hedged: 5% of 1,000.
 func TestLateHedgesWaitWhileTheBandIsBusy(t *testing.T) {
 	if run := runAccount(t, 10, 120*time.Millisecond); run.early > 0 {
-		t.Errorf("%d hedges came sooner than %s after their first attempt; with the band between the delay and the late delay full, every hedge should be late (%s)",
+		t.Errorf("Envoy sent %d hedges sooner than %s after their first attempt; with the band between the delay and the late delay full, every hedge should be late (%s)",
 			run.early, earlyBelow, (&plan.Hedge{Delay: accountDelay}).LateDelay())
 	}
 }

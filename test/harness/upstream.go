@@ -52,13 +52,14 @@ type Upstream struct {
 	byMethod  map[string]int
 	arrived   map[string][]time.Time // when each attempt arrived, by x-test-id
 	numbers   map[string][]int       // each attempt's x-envoy-attempt-count, by x-test-id
-	leaked    map[string]bool        // x-envoy-* request headers that reached it
+	timeLeft  map[string][]time.Duration
+	leaked    map[string]bool // x-envoy-* request headers that reached it
 	cancelled atomic.Int64
 }
 
 // NewUpstream starts an Upstream on 127.0.0.1, closed when the test ends.
 func NewUpstream(tb testing.TB, delay time.Duration) *Upstream {
-	u := &Upstream{delay: delay, byMethod: map[string]int{}, arrived: map[string][]time.Time{}, numbers: map[string][]int{}, leaked: map[string]bool{}}
+	u := &Upstream{delay: delay, byMethod: map[string]int{}, arrived: map[string][]time.Time{}, numbers: map[string][]int{}, timeLeft: map[string][]time.Duration{}, leaked: map[string]bool{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	tb.Cleanup(u.srv.Close)
 	return u
@@ -71,6 +72,9 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.arrived[id] = append(u.arrived[id], time.Now())
 	n, _ := strconv.Atoi(r.Header.Get("x-envoy-attempt-count"))
 	u.numbers[id] = append(u.numbers[id], n)
+	if ms, err := strconv.Atoi(r.Header.Get("x-envoy-expected-rq-timeout-ms")); err == nil {
+		u.timeLeft[id] = append(u.timeLeft[id], time.Duration(ms)*time.Millisecond)
+	}
 	for k := range r.Header {
 		k = strings.ToLower(k)
 		// Envoy's own: the attempt count tailcut asks for, and the client's
@@ -121,6 +125,18 @@ func (u *Upstream) Arrivals() map[string][]time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return maps.Clone(u.arrived)
+}
+
+// TimeLeft is, for each attempt that arrived, the time Envoy had left of
+// the route's timeout when it sent the attempt (its
+// x-envoy-expected-rq-timeout-ms), by x-test-id. The difference between a
+// request's first attempt and its hedge is when Envoy sent the hedge, on
+// Envoy's clock: unlike Arrivals, it does not wait on this process's
+// scheduler.
+func (u *Upstream) TimeLeft() map[string][]time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.timeLeft)
 }
 
 // AttemptNumbers are the x-envoy-attempt-count of each attempt that arrived
